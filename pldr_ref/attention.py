@@ -1,0 +1,82 @@
+"""Scores, masks, masked softmax and value mixing (spec §2.4 steps 8-10, §7; paper eqs. 3.7-3.9)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pldr_ref.constants import FINFO_MIN_F64, MASK_VALUE
+
+MASK_MODES = ("ideal", "additive", "finfo_min")
+
+
+def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
+    """[B, S, H*d_k] -> [B, H, S, d_k] (feature f = h*d_k + j, head-major)."""
+    b, s, d = x.shape
+    return x.reshape(b, s, num_heads, d // num_heads).transpose(0, 2, 1, 3)
+
+
+def merge_heads(z: np.ndarray) -> np.ndarray:
+    """[B, H, S, d_k] -> [B, S, H*d_k]."""
+    b, h, s, dk = z.shape
+    return z.transpose(0, 2, 1, 3).reshape(b, s, h * dk)
+
+
+def attention_scores(q_rot: np.ndarray, g_lm: np.ndarray, k_rot: np.ndarray) -> np.ndarray:
+    """Sc = (Q~ G_LM) K~^T / sqrt(d_k) (paper eq. 3.7); Q~ G is formed first.
+
+    q_rot: [B, H, S, d_k]; k_rot: [B, H, T, d_k]; g_lm: [B or 1, H, d_k, d_k] (one operator
+    per head) or [B, H, S, d_k, d_k] (cumulative Gram: one operator per query row).
+    Returns [B, H, S, T].  G_LM = I gives scaled dot-product attention (Theorem 5.4(i)).
+    """
+    d_k = q_rot.shape[-1]
+    # one operator per head, or (cumulative Gram) one per query row
+    qg = np.matmul(q_rot[..., None, :], g_lm)[..., 0, :] if g_lm.ndim == 5 else np.matmul(q_rot, g_lm)
+    return np.matmul(qg, np.swapaxes(k_rot, -1, -2)) / np.sqrt(d_k)
+
+
+def causal_padding_mask(
+    query_positions: np.ndarray, key_positions: np.ndarray, key_padding: np.ndarray | None
+) -> np.ndarray:
+    """M[b, 0, i, j] = look(i, j) or pad(b, j), True where attention is forbidden (spec §7.1).
+
+    look(i, j) = key position > query position; pad(b, j) from ``key_padding`` [B, T]
+    (True for a padding key) or None.  Query rows of pad tokens are not masked.
+    Returns bool [B or 1, 1, S, T].
+    """
+    look = np.asarray(key_positions)[None, :] > np.asarray(query_positions)[:, None]
+    mask = look[None, None]
+    if key_padding is not None:
+        mask = mask | np.asarray(key_padding, dtype=bool)[:, None, None, :]
+    return mask
+
+
+def apply_mask(scores: np.ndarray, mask: np.ndarray | None, mode: str, mask_value: float = MASK_VALUE) -> np.ndarray:
+    """Masked logits: ``ideal`` -> -inf where masked; ``additive`` -> scores + mask_value * M;
+    ``finfo_min`` -> scores + finfo(float64).min where masked (HF eager)."""
+    if mask is None:
+        return scores
+    if mode == "ideal":
+        return np.where(mask, -np.inf, scores)
+    if mode == "additive":
+        return scores + mask_value * mask.astype(np.float64)
+    if mode == "finfo_min":
+        return scores + np.where(mask, FINFO_MIN_F64, 0.0)
+    raise ValueError(f"mask_mode must be one of {MASK_MODES}, got {mode!r}")
+
+
+def masked_softmax(logits: np.ndarray) -> np.ndarray:
+    """Row softmax over the last axis with max subtraction (paper eq. 3.8; Lean ``Softmax``).
+
+    -inf entries get exactly 0.  A row that is entirely -inf (every key masked in
+    ``ideal`` mode) is defined as all zeros, the FlashAttention convention, instead of NaN.
+    """
+    m = np.max(logits, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(logits - m)
+    z = np.sum(e, axis=-1, keepdims=True)
+    return np.divide(e, z, out=np.zeros_like(e), where=z > 0)
+
+
+def mix_values(e: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Z = E V per head: [B, H, S, T] x [B, H, T, d_k] -> [B, H, S, d_k] (paper eq. 3.9; V unrotated)."""
+    return np.matmul(e, v)

@@ -1,0 +1,258 @@
+"""Model configuration: every architectural number and every implementation switch.
+
+``PLDRConfig`` is a frozen dataclass.  Each discrepancy between the released
+implementations (spec ``equations.md`` §11) is a named switch with a small set of
+allowed string values; an invalid value raises ``ValueError`` naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pldr_ref.constants import EPS_ADJ, EPS_LN, MASK_VALUE, ROPE_BASE
+
+ROPE_LAYOUTS = ("interleaved", "half")
+ROPE_PRECISIONS = ("exact", "float32")
+MASK_MODES = ("ideal", "additive", "finfo_min")
+EMBED_SCALE_PRECISIONS = ("exact", "float32")
+METRIC_LEARNERS = ("v500", "v900", "none")
+G_MODES = ("learned", "identity", "random", "external")
+GRAM_MODES = ("global", "cumulative")
+INIT_SCHEMES = ("torch", "keras", "hf")
+
+_CHOICES = {
+    "rope_layout": ROPE_LAYOUTS,
+    "rope_precision": ROPE_PRECISIONS,
+    "mask_mode": MASK_MODES,
+    "embed_scale_precision": EMBED_SCALE_PRECISIONS,
+    "metric_learner": METRIC_LEARNERS,
+    "g_mode": G_MODES,
+    "gram_mode": GRAM_MODES,
+    "init_scheme": INIT_SCHEMES,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class PLDRConfig:
+    """Architecture and switches of a PLDR-LLM (spec §1, §3, §5, §11).
+
+    Shapes follow spec §1: ``d_model = num_heads * d_k``; ``dff`` is the FFN GLU
+    hidden width, ``A_dff`` the metric-learner GLU hidden width, ``num_reslayerA``
+    residual units of ``num_denseA`` GLUs each.  ``A_dff_depth`` is the v900
+    lifted width (ignored for v500).
+    """
+
+    num_layers: int = 2
+    num_heads: int = 2
+    d_k: int = 8
+    dff: int = 42
+    A_dff: int = 21
+    num_reslayerA: int = 2
+    num_denseA: int = 2
+    vocab_size: int = 64
+    max_seq_len: int = 64
+    A_dff_depth: int = 0
+    rope_base: float = ROPE_BASE
+    eps_ln: float = EPS_LN
+    eps_adj: float = EPS_ADJ
+    mask_value: float = MASK_VALUE
+    attn_bias: bool = True
+    glu_bias: bool = True
+    final_bias: bool = True
+    rope_layout: str = "interleaved"
+    rope_precision: str = "exact"
+    mask_mode: str = "ideal"
+    embed_scale_precision: str = "exact"
+    metric_learner: str = "v500"
+    g_mode: str = "learned"
+    gram_mode: str = "global"
+    init_scheme: str = "torch"
+    pad_id: int = 0
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def d_model(self) -> int:
+        """Model width d = H * d_k."""
+        return self.num_heads * self.d_k
+
+    @property
+    def uses_plga_params(self) -> bool:
+        """True when the PLGA tensors W, b, P, a, b_a exist (``g_mode == "learned"``)."""
+        return self.g_mode == "learned"
+
+    @property
+    def metric_width(self) -> int:
+        """Width of the residual units' last axis: d_k (v500) or A_dff_depth (v900)."""
+        return self.A_dff_depth if self.metric_learner == "v900" else self.d_k
+
+    # -------------------------------------------------------------- validation
+    def __post_init__(self) -> None:
+        for name, choices in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in choices:
+                raise ValueError(f"PLDRConfig.{name}={value!r} is not one of {choices}")
+        positive = ("num_layers", "num_heads", "d_k", "dff", "vocab_size", "max_seq_len")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"PLDRConfig.{name}={value!r} must be a positive int")
+        for name in ("A_dff", "num_reslayerA", "num_denseA", "A_dff_depth", "pad_id"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"PLDRConfig.{name}={value!r} must be a non-negative int")
+        if self.d_k % 2:
+            raise ValueError(f"PLDRConfig.d_k={self.d_k} must be even (RoPE rotates pairs)")
+        if self.metric_learner != "none" and self.num_reslayerA > 0 and (self.num_denseA <= 0 or self.A_dff <= 0):
+            raise ValueError(
+                "PLDRConfig.num_denseA and PLDRConfig.A_dff must be positive when "
+                f"num_reslayerA={self.num_reslayerA} > 0"
+            )
+        if self.metric_learner == "v900" and self.A_dff_depth <= 0:
+            raise ValueError("PLDRConfig.A_dff_depth must be positive for metric_learner='v900'")
+        if self.g_mode == "learned" and self.metric_learner == "none":
+            raise ValueError(
+                "PLDRConfig.metric_learner='none' needs a non-learned g_mode "
+                "(identity, random or external): learned G_LM is built from the metric learner"
+            )
+        for name in ("eps_ln", "eps_adj", "rope_base"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"PLDRConfig.{name}={value!r} must be a finite float >= 0")
+        if self.rope_base <= 1:
+            raise ValueError(f"PLDRConfig.rope_base={self.rope_base!r} must be > 1")
+        if not (isinstance(self.mask_value, (int, float)) and math.isfinite(self.mask_value)):
+            raise ValueError(f"PLDRConfig.mask_value={self.mask_value!r} must be finite")
+        if self.mask_value >= 0:
+            raise ValueError(f"PLDRConfig.mask_value={self.mask_value!r} must be negative")
+        if self.pad_id >= self.vocab_size:
+            raise ValueError(f"PLDRConfig.pad_id={self.pad_id} must be < vocab_size={self.vocab_size}")
+
+    # ----------------------------------------------------------------- helpers
+    def replace(self, **changes: Any) -> PLDRConfig:
+        """Return a copy with ``changes`` applied (and validated)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"PLDRConfig has no field(s) {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dict of every field."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PLDRConfig:
+        """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"PLDRConfig has no field(s) {sorted(unknown)}")
+        return cls(**dict(data))
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> PLDRConfig:
+        """A named configuration (spec §5).
+
+        ``"v510-110m"``: PLDRv51-110M (PT-v510 / HF default); ``"v500"``: TF-v500
+        (half-split RoPE, float32 quirks); ``"v900"``: TF-v900 run default;
+        ``"tiny"``, ``"small"``, ``"medium"``: small configs for tests and fixtures.
+        """
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; available: {sorted(PRESETS)}")
+        fields = dict(PRESETS[name])
+        fields.update(overrides)
+        return cls(**fields)
+
+    @classmethod
+    def from_hf_config(cls, source: str | os.PathLike[str] | Mapping[str, Any], **overrides: Any) -> PLDRConfig:
+        """Build a config from a Hugging Face ``PldrllmConfig`` ``config.json`` (spec §5, §8.2).
+
+        ``source`` is a path to the JSON file (or its folder) or an already-parsed dict.
+        HF computes RoPE in the torchtune way when ``reference_rope`` is true (the
+        default): interleaved pairs, float32 table, q/k rounded to float32.
+        """
+        if isinstance(source, Mapping):
+            hf = dict(source)
+        else:
+            path = os.fspath(source)
+            if os.path.isdir(path):
+                path = os.path.join(path, "config.json")
+            with open(path, encoding="utf-8") as fh:
+                hf = json.load(fh)
+        return cls(**_fields_from_hf(hf), **overrides)
+
+
+def _fields_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
+    def need(key: str) -> Any:
+        if key not in hf:
+            raise ValueError(f"HF config is missing required key {key!r}")
+        return hf[key]
+
+    d_model = int(need("hidden_size"))
+    heads = int(need("num_attention_heads"))
+    if d_model % heads:
+        raise ValueError(f"HF config hidden_size={d_model} is not divisible by num_attention_heads={heads}")
+    d_k = int(hf.get("head_dim") or d_model // heads)
+    if d_k * heads != d_model:
+        raise ValueError(f"HF config head_dim={d_k} * heads={heads} != hidden_size={d_model}")
+    reference_rope = bool(hf.get("reference_rope", True))
+    custom_g = hf.get("custom_G_type")
+    g_mode = "learned" if custom_g in (None, "None") else str(custom_g)
+    rope_theta = hf.get("rope_theta")
+    if rope_theta is None:
+        rope_theta = (hf.get("rope_parameters") or {}).get("rope_theta", ROPE_BASE)
+    return {
+        "num_layers": int(need("num_hidden_layers")),
+        "num_heads": heads,
+        "d_k": d_k,
+        "dff": int(need("intermediate_size")),
+        "A_dff": int(hf.get("A_dff", 170)),
+        "num_reslayerA": int(hf.get("num_reslayerA", 8)),
+        "num_denseA": int(hf.get("num_denseA", 2)),
+        "vocab_size": int(need("vocab_size")),
+        "max_seq_len": int(hf.get("max_position_embeddings", 1024)),
+        "rope_base": float(rope_theta),
+        "eps_ln": float(hf.get("layer_norm_eps", EPS_LN)),
+        "attn_bias": bool(hf.get("attention_bias", True)),
+        "glu_bias": bool(hf.get("glu_bias", True)),
+        "final_bias": bool(hf.get("final_bias", True)),
+        "rope_layout": "interleaved" if reference_rope else "half",
+        "rope_precision": "float32",
+        "mask_mode": "finfo_min",
+        "embed_scale_precision": "exact",
+        "metric_learner": "v500" if g_mode == "learned" else "none",
+        "g_mode": g_mode,
+        "init_scheme": "hf",
+        "pad_id": int(hf.get("pad_token_id", 0) or 0),
+    }
+
+
+_V510 = dict(
+    num_layers=5, num_heads=14, d_k=64, dff=2389, A_dff=170, num_reslayerA=8, num_denseA=2,
+    vocab_size=32000, max_seq_len=1024, rope_layout="interleaved", rope_precision="float32",
+    mask_mode="additive", embed_scale_precision="float32", metric_learner="v500", init_scheme="torch",
+)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "v510-110m": _V510,
+    "v500": dict(_V510, rope_layout="half", init_scheme="keras"),
+    "v900": dict(
+        _V510, num_layers=4, num_heads=15, dff=2560, A_dff=300, A_dff_depth=112,
+        rope_layout="half", metric_learner="v900", init_scheme="keras",
+    ),
+    "tiny": dict(
+        num_layers=2, num_heads=2, d_k=8, dff=42, A_dff=10, num_reslayerA=2, num_denseA=2,
+        vocab_size=64, max_seq_len=64,
+    ),
+    "small": dict(
+        num_layers=2, num_heads=4, d_k=16, dff=170, A_dff=42, num_reslayerA=2, num_denseA=2,
+        vocab_size=256, max_seq_len=128,
+    ),
+    "medium": dict(
+        num_layers=3, num_heads=6, d_k=32, dff=512, A_dff=85, num_reslayerA=4, num_denseA=2,
+        vocab_size=1024, max_seq_len=256,
+    ),
+}

@@ -1,0 +1,23 @@
+"""Affine maps and the SwiGLU gated linear unit (spec §2.3)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pldr_ref.activations import silu
+from pldr_ref.params import GLUParams
+
+
+def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """y = x W^T + b on the last axis; ``weight`` is torch layout [out, in]."""
+    y = np.matmul(x, weight.T)
+    return y if bias is None else y + bias
+
+
+def glu(x: np.ndarray, p: GLUParams) -> np.ndarray:
+    """SwiGLU: GLU(z) = W3 (silu(W1 z + b1) * (W2 z + b2)) + b3 on the last axis.
+
+    Shapes: [..., n] -> [..., k] with W1, W2 [m, n] and W3 [k, m].  Used by the FFN
+    (n = k = d, m = dff) and by every metric-learner unit (n = k = d_k, m = A_dff).
+    """
+    return linear(silu(linear(x, p.w1, p.b1)) * linear(x, p.w2, p.b2), p.w3, p.b3)

@@ -1,0 +1,130 @@
+"""One post-norm PLDR decoder layer with power-law graph attention (spec §2.3-§2.4)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from pldr_ref.attention import (
+    apply_mask,
+    attention_scores,
+    masked_softmax,
+    merge_heads,
+    mix_values,
+    split_heads,
+)
+from pldr_ref.config import PLDRConfig
+from pldr_ref.density import cumulative_density_operator, density_operator
+from pldr_ref.glu import glu, linear
+from pldr_ref.metric_learner import metric_learner
+from pldr_ref.norms import layer_norm
+from pldr_ref.params import LayerParams
+from pldr_ref.plga import energy_curvature, metric_tensor, potential_tensor
+from pldr_ref.rope import apply_rope
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerTrace:
+    """Every intermediate of one decoder layer (float64).
+
+    Shapes (B batch, H heads, S new rows, T = cached + S keys, d = H d_k):
+    x [B,S,d]; q, k [B,H,S,d_k] (pre-RoPE); q_rot [B,H,S,d_k]; k_rot, v [B,H,T,d_k];
+    A0, A, A_LM, A_P, G_LM [B,H,d_k,d_k] (one more S axis before d_k,d_k with the
+    cumulative Gram); scores (scaled, pre-mask) and E [B,H,S,T]; ctx, attn_out,
+    out1, ffn_out, out2 [B,S,d].  A0/A are None when frozen by a cache; A, A_LM,
+    A_P are None when G is fixed and no metric learner exists.
+    """
+
+    x: np.ndarray
+    q: np.ndarray
+    k: np.ndarray
+    q_rot: np.ndarray
+    k_rot: np.ndarray
+    v: np.ndarray
+    A0: np.ndarray | None
+    A: np.ndarray | None
+    A_LM: np.ndarray | None
+    A_P: np.ndarray | None
+    G_LM: np.ndarray
+    scores: np.ndarray
+    E: np.ndarray
+    ctx: np.ndarray
+    attn_out: np.ndarray
+    out1: np.ndarray
+    ffn_out: np.ndarray
+    out2: np.ndarray
+
+    def items(self) -> list[tuple[str, np.ndarray]]:
+        """(name, array) for every non-None field, in forward order."""
+        return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if getattr(self, f.name) is not None]
+
+
+#: Trace names of a layer in forward (stage) order.
+LAYER_STAGES = tuple(f.name for f in dataclasses.fields(LayerTrace))
+
+
+def decoder_layer(
+    lp: LayerParams,
+    x: np.ndarray,
+    config: PLDRConfig,
+    *,
+    positions: np.ndarray,
+    mask: np.ndarray | None,
+    past_k: np.ndarray | None = None,
+    past_v: np.ndarray | None = None,
+    frozen_A: np.ndarray | None = None,
+    frozen_G: tuple[np.ndarray | None, np.ndarray | None, np.ndarray] | None = None,
+    gram_offset: np.ndarray | None = None,
+) -> LayerTrace:
+    """Y = MHA_PLGA(X); O1 = LN1(Y + X); O2 = LN2(FFN(O1) + O1) (spec §2.3).
+
+    x: [B, S, d]; positions: [S] absolute positions of the new rows; mask: bool
+    [B|1, 1, S, T] (True = forbidden) or None.  Cache hooks (spec §8): ``past_k`` (rotated)
+    and ``past_v`` [B, H, T0, d_k] are prepended; ``frozen_A`` replaces the metric learner
+    output (KV cache); ``frozen_G`` = (A_LM, A_P, G_LM) replaces PLGA (G cache).
+    ``gram_offset`` [B, H, d_k, d_k] is the Gram of earlier rows for the cumulative mode.
+    """
+    c = config
+    h = c.num_heads
+    q = split_heads(linear(x, lp.wq, lp.bq), h)
+    k = split_heads(linear(x, lp.wk, lp.bk), h)
+    v = split_heads(linear(x, lp.wv, lp.bv), h)
+    rope = dict(layout=c.rope_layout, precision=c.rope_precision, base=c.rope_base)
+    q_rot = apply_rope(q, positions, **rope)
+    k_rot = apply_rope(k, positions, **rope)
+    if past_k is not None:
+        k_rot = np.concatenate([past_k, k_rot], axis=2)
+        v = np.concatenate([past_v, v], axis=2)
+
+    a0 = a = None
+    if frozen_A is not None:
+        a = frozen_A
+    elif frozen_G is None or c.metric_learner != "none":
+        if c.gram_mode == "cumulative":
+            a0 = cumulative_density_operator(q_rot)
+            if gram_offset is not None:
+                a0 = a0 + gram_offset[:, :, None]
+        else:
+            a0 = density_operator(q_rot)
+        if c.metric_learner != "none":
+            a = metric_learner(a0, lp, c.metric_learner, c.eps_ln)
+
+    if frozen_G is not None:
+        a_lm, a_p, g_lm = frozen_G
+    elif lp.plga is not None:
+        a_lm = metric_tensor(a, lp.plga.W, lp.plga.b, c.eps_adj)
+        a_p = potential_tensor(a_lm, lp.plga.P)
+        g_lm = energy_curvature(a_p, lp.plga.a, lp.plga.b_a)
+    else:
+        a_lm = a_p = None
+        g_lm = np.broadcast_to(lp.g_fixed, (x.shape[0], *lp.g_fixed.shape)).copy()
+
+    scores = attention_scores(q_rot, g_lm, k_rot)
+    e = masked_softmax(apply_mask(scores, mask, c.mask_mode, c.mask_value))
+    ctx = merge_heads(mix_values(e, v))
+    attn_out = linear(ctx, lp.wo, lp.bo)
+    out1 = layer_norm(attn_out + x, lp.norm1.gamma, lp.norm1.beta, c.eps_ln)
+    ffn_out = glu(out1, lp.ffn)
+    out2 = layer_norm(ffn_out + out1, lp.norm2.gamma, lp.norm2.beta, c.eps_ln)
+    return LayerTrace(x, q, k, q_rot, k_rot, v, a0, a, a_lm, a_p, g_lm, scores, e, ctx, attn_out, out1, ffn_out, out2)

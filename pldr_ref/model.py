@@ -1,0 +1,110 @@
+"""The full PLDR-LLM forward map with a trace of every intermediate (spec §2)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from pldr_ref.attention import causal_padding_mask
+from pldr_ref.config import PLDRConfig
+from pldr_ref.glu import linear
+from pldr_ref.inputs import validate_attention_mask, validate_token_ids
+from pldr_ref.layer import LayerTrace, decoder_layer
+from pldr_ref.norms import layer_norm
+from pldr_ref.params import Params
+
+
+@dataclasses.dataclass(frozen=True)
+class ForwardOutput:
+    """Result of :func:`forward`: logits [B, S, V] and the trace of every stage.
+
+    ``embed`` is the sqrt(d)-scaled embedding [B, S, d], ``x0`` the input-LayerNorm
+    output, ``layers[l]`` a :class:`LayerTrace`, ``positions`` the absolute positions [S].
+    """
+
+    config: PLDRConfig
+    positions: np.ndarray
+    embed: np.ndarray
+    x0: np.ndarray
+    layers: tuple[LayerTrace, ...]
+    logits: np.ndarray
+
+    def flat(self) -> dict[str, np.ndarray]:
+        """Flat trace: ``embed``, ``x0``, ``layers.{l}.{stage}``, ``logits`` (the fixture names)."""
+        out = {"embed": self.embed, "x0": self.x0}
+        for i, layer in enumerate(self.layers):
+            out.update({f"layers.{i}.{k}": v for k, v in layer.items()})
+        out["logits"] = self.logits
+        return out
+
+
+def embedding_scale(config: PLDRConfig) -> float:
+    """sqrt(d_model), in float64 (``"exact"``) or rounded to float32 as PT-v510/TF do (spec §12)."""
+    if config.embed_scale_precision == "float32":
+        return float(np.sqrt(np.float32(config.d_model)))
+    return float(np.sqrt(float(config.d_model)))
+
+
+def embed(params: Params, token_ids: np.ndarray) -> np.ndarray:
+    """X0 = E[x] * sqrt(d) (spec §2.1): [B, S] int -> [B, S, d]."""
+    return params["decoder.embedding.weight"][token_ids] * embedding_scale(params.config)
+
+
+def lm_head(params: Params, hidden: np.ndarray) -> np.ndarray:
+    """logits = X^L W_out^T + b_out (spec §2.5; no final LayerNorm, no weight tying)."""
+    return linear(hidden, params["final_layer.weight"], params.get("final_layer.bias"))
+
+
+def check_finite(name: str, arr: np.ndarray | None) -> None:
+    """Raise ``FloatingPointError`` naming the stage if ``arr`` has NaN or inf."""
+    if arr is not None and not np.all(np.isfinite(arr)):
+        n_nan = int(np.isnan(arr).sum())
+        n_inf = int(np.isinf(arr).sum())
+        raise FloatingPointError(f"stage {name!r} produced {n_nan} NaN and {n_inf} inf values")
+
+
+def forward(
+    params: Params,
+    token_ids: np.ndarray,
+    *,
+    start_pos: int = 0,
+    attention_mask: np.ndarray | None = None,
+    pad_masking: bool = True,
+    check_finite_values: bool = True,
+) -> ForwardOutput:
+    """Full forward map of PLDR-LLM in float64 (spec §2; paper eqs. 3.2-3.9).
+
+    token_ids: int [B, S] at absolute positions start_pos..start_pos+S-1.  Padding keys
+    come from ``attention_mask`` (HF, 1 = keep) when given, else from token id
+    ``config.pad_id`` when ``pad_masking`` (native), else none.  Every stage is
+    checked for NaN/inf (``FloatingPointError`` names the stage) unless disabled.
+    """
+    if not isinstance(params, Params):
+        raise TypeError(f"params must be a pldr_ref.Params, got {type(params).__name__}")
+    c = params.config
+    ids = validate_token_ids(token_ids, c, start_pos)
+    positions = np.arange(start_pos, start_pos + ids.shape[1])
+    if attention_mask is not None:
+        key_padding = validate_attention_mask(attention_mask, ids.shape)
+    elif pad_masking:
+        key_padding = ids == c.pad_id
+    else:
+        key_padding = None
+    mask = causal_padding_mask(positions, positions, key_padding)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x_embed = embed(params, ids)
+        x = layer_norm(x_embed, params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"], c.eps_ln)
+        x0 = x
+        traces = []
+        for i in range(c.num_layers):  # layers are sequential: the loop is over depth, not data
+            t = decoder_layer(params.layer(i), x, c, positions=positions, mask=mask)
+            if check_finite_values:
+                for name, arr in t.items():
+                    check_finite(f"layers.{i}.{name}", arr)
+            traces.append(t)
+            x = t.out2
+        logits = lm_head(params, x)
+    if check_finite_values:
+        check_finite("logits", logits)
+    return ForwardOutput(c, positions, x_embed, x0, tuple(traces), logits)
