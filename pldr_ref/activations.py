@@ -14,7 +14,9 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 def silu(z: np.ndarray) -> np.ndarray:
     """silu(z) = z * sigma(z)."""
     z = np.asarray(z, dtype=np.float64)
-    return z * expit(z)
+    s = expit(z)
+    np.multiply(z, s, out=s)  # z * sigma(z), computed into the fresh sigma buffer
+    return s
 
 
 def iswiglu(z: np.ndarray) -> np.ndarray:

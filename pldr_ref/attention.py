@@ -31,7 +31,9 @@ def attention_scores(q_rot: np.ndarray, g_lm: np.ndarray, k_rot: np.ndarray) -> 
     d_k = q_rot.shape[-1]
     # one operator per head, or (cumulative Gram) one per query row
     qg = np.matmul(q_rot[..., None, :], g_lm)[..., 0, :] if g_lm.ndim == 5 else np.matmul(q_rot, g_lm)
-    return np.matmul(qg, np.swapaxes(k_rot, -1, -2)) / np.sqrt(d_k)
+    sc = np.matmul(qg, np.swapaxes(k_rot, -1, -2))
+    sc /= np.sqrt(d_k)  # in place on the fresh product (same rounding as a division into a new array)
+    return sc
 
 
 def causal_padding_mask(
@@ -64,17 +66,24 @@ def apply_mask(scores: np.ndarray, mask: np.ndarray | None, mode: str, mask_valu
     raise ValueError(f"mask_mode must be one of {MASK_MODES}, got {mode!r}")
 
 
-def masked_softmax(logits: np.ndarray) -> np.ndarray:
+def masked_softmax(logits: np.ndarray, *, overwrite_input: bool = False) -> np.ndarray:
     """Row softmax over the last axis with max subtraction (paper eq. 3.8; Lean ``Softmax``).
 
+    E_ij = exp(l_ij - m_i) / sum_j exp(l_ij - m_i) with m_i = max_j l_ij.
     -inf entries get exactly 0.  A row that is entirely -inf (every key masked in
     ``ideal`` mode) is defined as all zeros, the FlashAttention convention, instead of NaN.
+    ``overwrite_input=True`` lets the function reuse the float64 ``logits`` buffer for the
+    result (the values are identical; it only saves one [B, H, S, T] allocation).
     """
+    logits = np.asarray(logits, dtype=np.float64)
     m = np.max(logits, axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
-    e = np.exp(logits - m)
+    e = np.subtract(logits, m, out=logits if overwrite_input else None)
+    np.exp(e, out=e)
     z = np.sum(e, axis=-1, keepdims=True)
-    return np.divide(e, z, out=np.zeros_like(e), where=z > 0)
+    # z == 0 only when every exp in the row is 0 (fully masked): the row is left at zeros
+    np.divide(e, z, out=e, where=z > 0)
+    return e
 
 
 def mix_values(e: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -121,7 +121,8 @@ def decoder_layer(
         g_lm = np.broadcast_to(lp.g_fixed, (x.shape[0], *lp.g_fixed.shape)).copy()
 
     scores = attention_scores(q_rot, g_lm, k_rot)
-    e = masked_softmax(apply_mask(scores, mask, c.mask_mode, c.mask_value))
+    logits = apply_mask(scores, mask, c.mask_mode, c.mask_value)
+    e = masked_softmax(logits, overwrite_input=logits is not scores)  # scores stay in the trace
     ctx = merge_heads(mix_values(e, v))
     attn_out = linear(ctx, lp.wo, lp.bo)
     out1 = layer_norm(attn_out + x, lp.norm1.gamma, lp.norm1.beta, c.eps_ln)

@@ -23,7 +23,10 @@ def rope_frequencies(d_k: int, base: float, precision: str = "exact") -> np.ndar
     """omega_i = base^(-2i/d_k), i = 0..d_k/2-1, shape [d_k/2] (float32 values if ``precision="float32"``)."""
     if precision == "float32":
         exps = np.arange(0, d_k, 2, dtype=np.float32)[: d_k // 2] / np.float32(d_k)
-        return (np.float32(1.0) / np.power(np.float32(base), exps)).astype(np.float32)
+        # torch's float32 pow is correctly rounded; NumPy's float32 pow is not (1 ulp off for some
+        # exponents), so the power is taken in float64 and rounded once to float32.
+        powers = np.power(np.float64(base), exps.astype(np.float64)).astype(np.float32)
+        return np.float32(1.0) / powers
     if precision != "exact":
         raise ValueError(f"rope precision must be one of {PRECISIONS}, got {precision!r}")
     return np.power(float(base), -np.arange(0, d_k, 2, dtype=np.float64) / d_k)
@@ -37,7 +40,10 @@ def rope_angles(
     pos = np.asarray(positions)
     if precision == "float32":
         phi = pos.astype(np.float32)[..., None] * omega
-        return np.cos(phi), np.sin(phi)
+        # cos/sin of the float32 angle, correctly rounded to float32 (platform independent; float32
+        # libm/SIMD kernels, torch's included, may differ by 1 ulp: about 6e-8 relative).
+        phi64 = phi.astype(np.float64)
+        return np.cos(phi64).astype(np.float32), np.sin(phi64).astype(np.float32)
     phi = pos.astype(np.float64)[..., None] * omega
     return np.cos(phi), np.sin(phi)
 

@@ -1,0 +1,190 @@
+"""What a backend is: an object named ``module:attr`` that declares its capabilities and runs cases.
+
+A backend implements three members (duck typing; :class:`Backend` is the typing protocol):
+
+* ``name: str`` -- shown in reports;
+* ``capabilities() -> Capabilities`` -- the dtypes, case kinds, isolated stages, caches, G modes
+  and config switch values it supports.  Anything outside is reported as *unsupported*, never
+  skipped silently;
+* ``run_case(case, dtype) -> dict[str, np.ndarray]`` -- run a fixture case (``case.kind``,
+  ``case.config``, ``case.params``, ``case.args``, ``case.inputs``; see ``docs/fixtures.md``) in
+  ``dtype`` and return named outputs (the golden names: ``embed``, ``x0``, ``layers.{l}.{stage}``,
+  ``logits`` for model cases, ``out`` for op cases).  Returning fewer trace entries than the
+  golden case holds is allowed only when ``capabilities().full_trace`` is False; then only the
+  case's primary outputs (:func:`primary_outputs`) are required;
+* ``run_stage(request: StageRequest) -> dict[str, np.ndarray]`` (optional; needed for every stage
+  listed in ``capabilities().stages``) -- run ONE stage of the forward map from golden upstream
+  values and return that stage's outputs by leaf name (e.g. ``{"q_rot": .., "k_rot": ..}``).
+
+A backend may also raise :class:`Unsupported` from ``run_case`` / ``run_stage`` for a feature it
+only discovers at run time; the harness records it as unsupported with the message.
+
+``module:attr`` may name an instance, a class or a zero-argument factory (see :func:`load_backend`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from pldr_ref.config import PLDRConfig
+from pldr_ref.params import Params
+
+#: Every dtype name the harness knows (backend outputs are compared with ULPs in that dtype).
+DTYPES = ("float64", "float32", "bfloat16", "float16")
+
+#: Cache features a backend may declare: KV-cache steps and G-cache steps (spec §8).
+CACHE_FEATURES = ("kv", "g")
+
+#: Config switches whose values a backend declares (PLDRConfig field -> values), spec §11.
+SWITCHES = ("rope_layout", "rope_precision", "mask_mode", "embed_scale_precision", "metric_learner", "g_mode",
+            "gram_mode")
+
+
+class Unsupported(Exception):  # noqa: N818 - a verdict, not an error
+    """Raised by a backend for a feature it does not implement; reported as *unsupported*."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a backend can run.
+
+    dtypes: compute dtypes (subset of :data:`DTYPES`); kinds: case kinds it runs end to end
+    (``forward``, ``decoder_layer``, op names of ``pldr_ref.stages.OP_FUNCTIONS``, cache kinds);
+    stages: ``pldr_ref.stages.FORWARD_STAGES`` names it can run in isolation; caches: subset of
+    :data:`CACHE_FEATURES`; switches: PLDRConfig switch -> supported values (a switch absent
+    here means "every value"); full_trace: returns every trace entry, not only the primary outputs.
+    """
+
+    dtypes: tuple[str, ...]
+    kinds: tuple[str, ...]
+    stages: tuple[str, ...] = ()
+    caches: tuple[str, ...] = ()
+    switches: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    full_trace: bool = True
+
+    def __post_init__(self) -> None:
+        bad = [d for d in self.dtypes if d not in DTYPES]
+        if bad:
+            raise ValueError(f"Capabilities.dtypes has unknown dtype(s) {bad}; known: {DTYPES}")
+        bad = [c for c in self.caches if c not in CACHE_FEATURES]
+        if bad:
+            raise ValueError(f"Capabilities.caches has unknown feature(s) {bad}; known: {CACHE_FEATURES}")
+        bad = [s for s in self.switches if s not in SWITCHES]
+        if bad:
+            raise ValueError(f"Capabilities.switches has unknown switch(es) {bad}; known: {SWITCHES}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (for reports)."""
+        return {"dtypes": list(self.dtypes), "kinds": sorted(self.kinds), "stages": list(self.stages),
+                "caches": list(self.caches), "switches": {k: list(v) for k, v in sorted(self.switches.items())},
+                "full_trace": self.full_trace}
+
+
+@dataclasses.dataclass(frozen=True)
+class StageRequest:
+    """One stage to run in isolation from golden upstream values.
+
+    stage: a ``FORWARD_STAGES`` name; layer: decoder layer index (None for ``embedding``,
+    ``input_norm``, ``lm_head``); config/params: the case's model; dtype: compute dtype;
+    inputs: golden float64 / int64 / bool arrays by leaf name -- every trace entry of the
+    layer that precedes the stage (``x``, ``q``, ``k``, ``v``, ``q_rot``, ``k_rot``, ``A0``, ``A``,
+    ``A_LM``, ``A_P``, ``G_LM``, ``scores``, ``E``, ``ctx``, ``attn_out``, ``out1``, ``ffn_out``) plus
+    ``positions`` [S] (absolute positions of the rows), ``mask`` (bool [B|1, 1, S, T], True =
+    forbidden; absent when the case has no mask), ``token_ids`` (``embedding``), ``embed``
+    (``input_norm``) and ``hidden`` (``lm_head``).  See ``STAGE_INPUTS`` in
+    :mod:`pldr_ref.harness.localize` for what each stage is guaranteed to receive.
+    """
+
+    stage: str
+    layer: int | None
+    config: PLDRConfig
+    params: Params
+    dtype: str
+    inputs: Mapping[str, np.ndarray]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Typing protocol of a backend (see module docstring)."""
+
+    name: str
+
+    def capabilities(self) -> Capabilities: ...
+
+    def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]: ...
+
+
+def primary_outputs(case: Any) -> tuple[str, ...]:
+    """Outputs every backend must produce for ``case``: ``logits`` (model-like kinds), the last
+    layer output ``layers.{l}.out2`` (decoder_layer), else every golden output."""
+    names = tuple(case.outputs)
+    if "logits" in names:
+        return tuple(n for n in names if n == "logits" or n.endswith(".logits"))
+    outs = tuple(n for n in names if n.endswith(".out2"))
+    return outs or names
+
+
+def unsupported_reason(backend: Any, case: Any, dtype: str) -> str | None:
+    """Why ``backend`` cannot run ``case`` in ``dtype`` according to its declared capabilities, or None."""
+    caps = backend.capabilities()
+    if dtype not in caps.dtypes:
+        return f"dtype {dtype} not supported (declared: {', '.join(caps.dtypes)})"
+    if case.kind not in caps.kinds:
+        return f"case kind {case.kind!r} not supported"
+    config = getattr(case, "config", None)
+    if config is not None:
+        for switch, values in sorted(caps.switches.items()):
+            value = getattr(config, switch)
+            if value not in values:
+                return f"{switch}={value!r} not supported (declared: {', '.join(values)})"
+    needed = case_cache_features(case)
+    missing = [f for f in needed if f not in caps.caches]
+    if missing:
+        return f"cache feature(s) {', '.join(missing)} not supported"
+    return None
+
+
+def case_cache_features(case: Any) -> tuple[str, ...]:
+    """Cache features a case exercises: ``kv`` / ``g`` from its args or its cache inputs."""
+    args = getattr(case, "args", {}) or {}
+    inputs = getattr(case, "inputs", {}) or {}
+    feats = []
+    if args.get("kv_cache") or args.get("kv") or "past_k" in inputs or "frozen_A" in inputs:
+        feats.append("kv")
+    if args.get("g_cache") or args.get("g") or "frozen_G_LM" in inputs:
+        feats.append("g")
+    return tuple(feats)
+
+
+def load_backend(spec: str) -> Any:
+    """The backend named ``module:attr``: an instance is returned as is; a class or factory is called
+    with no arguments.  Raises ``ValueError`` with the reason if the name or the object is wrong."""
+    if not isinstance(spec, str) or spec.count(":") != 1:
+        raise ValueError(f"backend must be given as MODULE:ATTR, got {spec!r}")
+    module_name, attr = spec.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import backend module {module_name!r}: {exc}") from exc
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "run_case")):
+        obj = obj()
+    missing = [m for m in ("name", "capabilities", "run_case") if not hasattr(obj, m)]
+    if missing:
+        raise ValueError(f"{spec} is not a backend: it lacks {', '.join(missing)} (see pldr_ref.harness.protocol)")
+    caps = obj.capabilities()
+    if not isinstance(caps, Capabilities):
+        raise ValueError(f"{spec}.capabilities() must return pldr_ref.harness.protocol.Capabilities, "
+                         f"got {type(caps).__name__}")
+    if caps.stages and not hasattr(obj, "run_stage"):
+        raise ValueError(f"{spec} declares isolated stages but has no run_stage method")
+    return obj

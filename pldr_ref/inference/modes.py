@@ -1,0 +1,221 @@
+"""Inference modes: the four native kv x G modes (spec §8.1), HF prefill semantics (spec §8.2) and a
+fixed external G_LM (``g_mode="external"``).
+
+A mode says what is frozen after the prompt (prefill) pass:
+
+| mode | KV cache | G cache | per-step call |
+|---|---|---|---|
+| ``kv+g`` | on | on | new token only; A, A_LM, A_P, G_LM frozen at the prompt (released configuration) |
+| ``kv`` | on | off | new token only; A frozen, A_LM / G_LM recomputed from it (same values) |
+| ``g`` | off | on | whole growing sequence; A recomputed, PLGA replaced by the prompt's A_LM, G_LM |
+| ``none`` | off | off | whole growing sequence, everything recomputed (sequential generation) |
+| ``hf`` | on | on | HF ``use_cache=True``: causal + padding mask on cached steps, any step length, ``cache_first_G`` |
+
+An ``initial_g_cache`` (PT-v510 ``Gcachelst_init``) is used at every step, in every mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+
+from pldr_ref.config import PLDRConfig
+from pldr_ref.inference.cache import GCache, KVCache
+from pldr_ref.inference.step import CACHED_MASKS, StepOutput, cached_forward
+from pldr_ref.params import Params, with_fixed_g
+
+#: Name of the array in an external-G ``.npz`` (``../shared/data/g_lm_pldrv51_110m_1.npz``).
+EXTERNAL_G_KEY = "G_LM"
+
+#: File name of the trained PLDRv51-110M-1 G_LM shipped in ``shared/data``.
+PLDRV51_G_FILE = "g_lm_pldrv51_110m_1.npz"
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceMode:
+    """What a decoding loop caches after the prompt pass and how cached steps are masked.
+
+    ``kv_cache``: keep rotated keys, values and A; later calls take only the new tokens.
+    ``g_cache``: freeze A_LM, A_P, G_LM at the prompt pass.  ``cached_mask``: ``"none"``
+    (native PT-v510) or ``"causal"`` (HF).  ``cache_first_G``: store sample 0's operators only
+    (B_G = 1) and broadcast them over the batch on later steps (HF).  ``pad_from_token``: padding
+    keys are the tokens equal to ``pad_id`` (native) or only those the ``attention_mask`` marks (HF).
+    """
+
+    name: str
+    kv_cache: bool
+    g_cache: bool
+    cached_mask: str = "none"
+    cache_first_G: bool = False
+    pad_from_token: bool = True
+
+    def __post_init__(self) -> None:
+        if self.cached_mask not in CACHED_MASKS:
+            raise ValueError(f"InferenceMode.cached_mask must be one of {CACHED_MASKS}, got {self.cached_mask!r}")
+
+
+#: The four native PT-v510 generation modes (spec §8.1), keyed by name.
+NATIVE_MODES: dict[str, InferenceMode] = {
+    "kv+g": InferenceMode("kv+g", kv_cache=True, g_cache=True),
+    "kv": InferenceMode("kv", kv_cache=True, g_cache=False),
+    "g": InferenceMode("g", kv_cache=False, g_cache=True),
+    "none": InferenceMode("none", kv_cache=False, g_cache=False),
+}
+
+#: HF ``use_cache=True`` (spec §8.2); ``use_cache=False`` is native ``"none"``.
+HF_MODE = InferenceMode("hf", kv_cache=True, g_cache=True, cached_mask="causal", pad_from_token=False)
+
+
+def hf_mode(cache_first_G: bool = False) -> InferenceMode:
+    """HF ``use_cache=True`` with the given ``cache_first_G`` flag."""
+    return dataclasses.replace(HF_MODE, name="hf-first-G" if cache_first_G else "hf", cache_first_G=cache_first_G)
+
+
+def resolve_mode(mode: str | InferenceMode) -> InferenceMode:
+    """An :class:`InferenceMode` from itself or a name in :data:`NATIVE_MODES` or ``"hf"``."""
+    if isinstance(mode, InferenceMode):
+        return mode
+    if mode == "hf":
+        return HF_MODE
+    if mode not in NATIVE_MODES:
+        raise ValueError(f"unknown inference mode {mode!r}; available: {[*NATIVE_MODES, 'hf']}")
+    return NATIVE_MODES[mode]
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeState:
+    """Everything a decoding loop carries between calls.
+
+    ids [B, T]: every token so far; attention_mask [B, T] (HF, 1 = keep) or None;
+    kv_cache / g_cache: the caches the mode keeps (None when off).
+    """
+
+    ids: np.ndarray
+    attention_mask: np.ndarray | None
+    kv_cache: KVCache | None
+    g_cache: GCache | None
+
+
+def prefill(
+    params: Params,
+    prompt_ids: np.ndarray,
+    mode: str | InferenceMode,
+    *,
+    attention_mask: np.ndarray | None = None,
+    initial_g_cache: GCache | None = None,
+) -> tuple[StepOutput, DecodeState]:
+    """The prompt pass: full causal forward of the prompt; caches are filled as ``mode`` says.
+
+    With ``initial_g_cache`` the prompt pass already uses it (PT-v510 ``Gcachelst_init``).
+    HF ``cache_first_G``: the prompt pass uses per-sample operators, sample 0's are stored.
+    """
+    m = resolve_mode(mode)
+    if (m.g_cache or initial_g_cache is not None) and params.config.gram_mode == "cumulative":
+        raise ValueError(f"mode {m.name!r} freezes one G per head; gram_mode='cumulative' has one per row")
+    ids = np.asarray(prompt_ids)
+    step = cached_forward(
+        params, ids, g_cache=initial_g_cache, attention_mask=attention_mask, pad_masking=m.pad_from_token
+    )
+    g = initial_g_cache
+    if g is None and m.g_cache:
+        g = step.g_cache.first_sample() if m.cache_first_G else step.g_cache
+    kv = step.kv_cache if m.kv_cache else None
+    mask = None if attention_mask is None else np.asarray(attention_mask)
+    return step, DecodeState(ids.astype(np.int64), mask, kv, g)
+
+
+def advance(
+    params: Params,
+    state: DecodeState,
+    new_ids: np.ndarray,
+    mode: str | InferenceMode,
+    *,
+    new_attention_mask: np.ndarray | None = None,
+) -> tuple[np.ndarray, StepOutput, DecodeState]:
+    """Feed ``new_ids`` [B, S] after ``state``; returns (logits of the new rows [B, S, V], step, state).
+
+    KV on: one call on the new tokens at positions T..T+S-1.  KV off: one call on the whole
+    sequence (its last S rows are returned).  The G cache, when present, is used unchanged.
+    """
+    m = resolve_mode(mode)
+    new = np.asarray(new_ids)
+    if new.ndim != 2 or new.shape[0] != state.ids.shape[0]:
+        raise ValueError(f"new_ids must have shape [{state.ids.shape[0]}, S], got {new.shape}")
+    ids = np.concatenate([state.ids, new.astype(np.int64)], axis=1)
+    mask = None
+    if state.attention_mask is not None or new_attention_mask is not None:
+        old = np.ones(state.ids.shape, dtype=np.int64) if state.attention_mask is None else state.attention_mask
+        add = np.ones(new.shape, dtype=np.int64) if new_attention_mask is None else np.asarray(new_attention_mask)
+        mask = np.concatenate([old.astype(np.int64), add.astype(np.int64)], axis=1)
+    if m.kv_cache:
+        if state.kv_cache is None:
+            raise ValueError(f"mode {m.name!r} needs a KV cache: call prefill first")
+        step = cached_forward(
+            params, new, kv_cache=state.kv_cache, g_cache=state.g_cache, cached_mask=m.cached_mask,
+            attention_mask=None if mask is None else mask[:, -new.shape[1]:], pad_masking=m.pad_from_token,
+        )
+        logits = step.logits
+        kv = step.kv_cache
+    else:
+        step = cached_forward(params, ids, g_cache=state.g_cache, attention_mask=mask, pad_masking=m.pad_from_token)
+        logits = step.logits[:, -new.shape[1]:]
+        kv = None
+    return logits, step, DecodeState(ids, mask, kv, state.g_cache)
+
+
+# ----------------------------------------------------------------------------- external G
+def default_external_g_path() -> Path:
+    """``<repo>/../shared/data/g_lm_pldrv51_110m_1.npz`` (the data folder beside the repository)."""
+    return Path(__file__).resolve().parents[3] / "shared" / "data" / PLDRV51_G_FILE
+
+
+def load_external_g(path: str | os.PathLike[str], config: PLDRConfig) -> np.ndarray:
+    """Read G_LM [L, H, d_k, d_k] from an ``.npz`` (key ``G_LM``) and check it fits ``config``.
+
+    Raises ``FileNotFoundError`` for a missing file and ``ValueError`` naming the mismatch
+    (layers, heads or d_k) when the array does not fit the configuration.  Values are widened to
+    float64 exactly.  The shipped file is PLDRv51-110M-1's trained G_LM: L=5, H=14, d_k=64.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"external G file {p} does not exist")
+    with np.load(p, allow_pickle=False) as z:
+        if EXTERNAL_G_KEY not in z.files:
+            raise ValueError(f"{p} has no array {EXTERNAL_G_KEY!r} (found {z.files})")
+        g = np.asarray(z[EXTERNAL_G_KEY])
+    if g.ndim == 5 and g.shape[1] == 1:
+        g = g[:, 0]
+    if g.ndim != 4:
+        raise ValueError(f"{p}: {EXTERNAL_G_KEY} has shape {g.shape}, expected [L, H, d_k, d_k]")
+    for axis, (name, want) in enumerate(
+        (("num_layers", config.num_layers), ("num_heads", config.num_heads), ("d_k", config.d_k), ("d_k", config.d_k))
+    ):
+        if g.shape[axis] != want:
+            raise ValueError(f"{p}: {EXTERNAL_G_KEY} has shape {g.shape}; axis {axis} is {g.shape[axis]}, "
+                             f"config {name}={want}")
+    if not np.issubdtype(g.dtype, np.floating) or not np.all(np.isfinite(g)):
+        raise ValueError(f"{p}: {EXTERNAL_G_KEY} must be finite floats, got dtype {g.dtype}")
+    return g.astype(np.float64)
+
+
+def params_with_external_g(params: Params, path: str | os.PathLike[str] | None = None) -> Params:
+    """``params`` with the fixed G buffer loaded from ``path`` (default: the shipped PLDRv51-110M-1 G).
+
+    Needs ``g_mode`` in {identity, random, external}; see :func:`pldr_ref.params.with_fixed_g`.
+    """
+    g = load_external_g(default_external_g_path() if path is None else path, params.config)
+    return with_fixed_g(params, g)
+
+
+def external_g_config(**overrides: object) -> PLDRConfig:
+    """A small config whose G_LM shape matches the shipped trained G (L=5, H=14, d_k=64), fixed external G,
+    no metric learner; the other sizes are small so that tests and demos run fast."""
+    fields: dict[str, object] = dict(
+        num_layers=5, num_heads=14, d_k=64, dff=48, A_dff=0, num_reslayerA=0, num_denseA=0,
+        vocab_size=64, max_seq_len=64, metric_learner="none", g_mode="external",
+    )
+    fields.update(overrides)
+    return PLDRConfig(**fields)  # type: ignore[arg-type]

@@ -1,0 +1,196 @@
+"""Iswiglu.lean: sigmoid bounds, iSwiGLU >= 0 / > 0, and the A_LM entry floor (paper Def. 3.1, Prop. 3.7)."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+
+from pldr_ref.activations import iswiglu, sigmoid, silu
+from pldr_ref.constants import EPS_ADJ
+from pldr_ref.plga import metric_tensor
+from proofs_check.models import tiny_forward
+from proofs_check.profiles import expect_counterexample, expect_violation, run_property
+from proofs_check.registry import EXACT_FLOAT, HYPOTHESIS, MPMATH, THEOREM, Check
+from proofs_check.rounding import UNIT_ROUNDOFF
+from proofs_check.strategies import reals, square_matrices
+
+# float64 domains on which the strict real statements survive rounding (catalog section 2)
+SIGMOID_POS_FLOOR = -700.0  # expit underflows to 0 below about -745
+SIGMOID_LT_ONE_CEIL = 36.0  # sigma(u) rounds to 1.0 from u = 37 on
+ISWIGLU_POS_RANGE = (1e-100, 700.0)  # u^2 sigma(u) underflows below ~1e-162 and for u < -745
+MP_DPS = 60
+
+
+def _mp_sigmoid(u: float) -> mpmath.mpf:
+    return 1 / (1 + mpmath.exp(-mpmath.mpf(u)))
+
+
+def sigmoid_pos_run(profile: str) -> str:
+    """sigma(u) > 0 (mpmath, any u) and pldr_ref ``sigmoid`` > 0 on u >= -700, >= 0 everywhere, rel err <= 4u."""
+
+    def prop(u: float) -> None:
+        with mpmath.workdps(MP_DPS):
+            exact = _mp_sigmoid(u)
+            assert exact > 0
+            got = float(sigmoid(np.array(u)))
+            assert got >= 0.0
+            if u >= SIGMOID_POS_FLOOR:
+                assert got > 0.0, u
+                assert abs(got - float(exact)) <= 4 * UNIT_ROUNDOFF * float(exact), (u, got)
+
+    return run_property(profile, prop, reals(-1e4, 1e4))
+
+
+def sigmoid_pos_control(profile: str) -> str:
+    """Outside the float domain (u < -746) the strict float inequality fails: sigmoid underflows to 0.0."""
+
+    def prop(u: float) -> None:
+        assert float(sigmoid(np.array(u))) > 0.0, f"sigmoid({u}) == 0.0"
+
+    return expect_counterexample(profile, prop, reals(-1e4, -746.0))
+
+
+def sigmoid_lt_one_run(profile: str) -> str:
+    """sigma(u) < 1 in mpmath (60 digits, u <= 100) and pldr_ref ``sigmoid`` < 1 for u <= 36."""
+
+    def prop(u: float) -> None:
+        with mpmath.workdps(MP_DPS):
+            assert _mp_sigmoid(u) < 1
+        if u <= SIGMOID_LT_ONE_CEIL:
+            assert float(sigmoid(np.array(u))) < 1.0, u
+
+    return run_property(profile, prop, reals(-1e3, 100.0))
+
+
+def sigmoid_lt_one_control(profile: str) -> str:
+    """Dropping the domain u <= 36: float sigmoid rounds to exactly 1.0."""
+
+    def prop(u: float) -> None:
+        assert float(sigmoid(np.array(u))) < 1.0, f"sigmoid({u}) == 1.0"
+
+    return expect_counterexample(profile, prop, reals(37.0, 1e4))
+
+
+def iswiglu_nonneg_run(profile: str) -> str:
+    """iSwiGLU(u) >= 0 exactly in float64 for |u| <= 1e150 (u^2 overflows beyond 1e154)."""
+
+    def prop(u: float) -> None:
+        assert float(iswiglu(np.array(u))) >= 0.0, u
+
+    return run_property(profile, prop, reals(-1e150, 1e150))
+
+
+def iswiglu_nonneg_control(profile: str) -> str:
+    """SiLU (one factor u dropped) goes negative: the nonnegativity is specific to iSwiGLU."""
+
+    def prop(u: float) -> None:
+        assert float(silu(np.array(u))) >= 0.0, f"silu({u}) < 0"
+
+    return expect_counterexample(profile, prop, reals(-50.0, 50.0))
+
+
+def iswiglu_pos_run(profile: str) -> str:
+    """u != 0 => iSwiGLU(u) > 0: mpmath for any u, float64 on 1e-100 <= |u| <= 700."""
+
+    def prop(mag: float, negative: bool) -> None:
+        u = -mag if negative else mag
+        with mpmath.workdps(MP_DPS):
+            assert mpmath.mpf(u) ** 2 * _mp_sigmoid(u) > 0
+        assert float(iswiglu(np.array(u))) > 0.0, u
+
+    from hypothesis import strategies as st
+
+    return run_property(profile, prop, reals(*ISWIGLU_POS_RANGE), st.booleans())
+
+
+def iswiglu_pos_control(profile: str) -> str:
+    """Dropping u != 0 (and the float domain): iSwiGLU(0) == 0 and tiny |u| underflow to 0."""
+    at_zero = float(iswiglu(np.array(0.0)))
+    tiny = float(iswiglu(np.array(1e-170)))
+    return expect_violation(at_zero == 0.0 and tiny == 0.0, f"iswiglu(0) = {at_zero}, iswiglu(1e-170) = {tiny}")
+
+
+def _metric_identity_w(m: np.ndarray, eps: float) -> np.ndarray:
+    """A_LM = iSwiGLU(I M + 0) + eps through the real ``metric_tensor`` (W = I is an exact product)."""
+    d = m.shape[0]
+    return metric_tensor(m[None, None], np.eye(d)[None], np.zeros((1, d, d)), eps)[0, 0]
+
+
+def metric_entry_ge_run(profile: str) -> str:
+    """eps <= iSwiGLU(M_ij) + eps for any eps sign, exact float comparison (rounding is monotone)."""
+
+    def prop(m: np.ndarray, eps: float) -> None:
+        assert np.all(_metric_identity_w(m, eps) >= eps)
+
+    return run_property(profile, prop, square_matrices(1, 6, -1e3, 1e3), reals(-10.0, 10.0))
+
+
+def metric_entry_ge_control(profile: str) -> str:
+    """With SiLU in place of iSwiGLU (nonnegativity dropped) the floor eps is broken."""
+
+    def prop(m: np.ndarray, eps: float) -> None:
+        assert np.all(silu(m) + eps >= eps), "silu(M) + eps < eps"
+
+    return expect_counterexample(profile, prop, square_matrices(2, 6, -10.0, 10.0), reals(-1.0, 1.0))
+
+
+def metric_entry_pos_run(profile: str) -> str:
+    """eps > 0 => A_LM > 0 strictly, also where iSwiGLU underflows to 0 (eps = 1e-9 and float32(1e-9)),
+    and on the A_LM of a real tiny-model forward pass."""
+    eps_values = (EPS_ADJ, float(np.float32(EPS_ADJ)))
+
+    def prop(m: np.ndarray) -> None:
+        for eps in eps_values:
+            assert np.all(_metric_identity_w(m, eps) > 0.0)
+
+    detail = run_property(profile, prop, square_matrices(1, 6, -1e4, 1e4))
+    underflow = _metric_identity_w(np.full((3, 3), -800.0), EPS_ADJ)
+    assert np.all(underflow == EPS_ADJ), "underflowed iSwiGLU must leave exactly eps_adj"
+    for layer in tiny_forward().layers:
+        assert np.all(layer.A_LM > 0.0)
+    return detail + "; underflow rows equal eps_adj; forward A_LM > 0"
+
+
+def metric_entry_pos_control(profile: str) -> str:
+    """Dropping eps > 0 (eps_adj = 0): A_LM has exact zeros where iSwiGLU underflows."""
+    a_lm = _metric_identity_w(np.full((3, 3), -800.0), 0.0)
+    return expect_violation(bool(np.any(a_lm == 0.0)), f"min A_LM = {a_lm.min()} with eps_adj = 0")
+
+
+CHECKS = (
+    Check(
+        "sigmoid_pos", ("sigmoid_pos",), "Def. 3.1", THEOREM, (MPMATH, HYPOTHESIS),
+        ("pldr_ref.activations.sigmoid",), sigmoid_pos_run, sigmoid_pos_control,
+        slack="strict > 0 for u >= -700; >= 0 everywhere; rel err vs mpmath <= 4u",
+        dropped="float domain u >= -700",
+        note="float64 sigmoid underflows to 0.0 below about -745: strict positivity is an mpmath fact there",
+    ),
+    Check(
+        "sigmoid_lt_one", ("sigmoid_lt_one",), "Def. 3.1", THEOREM, (MPMATH, HYPOTHESIS),
+        ("pldr_ref.activations.sigmoid",), sigmoid_lt_one_run, sigmoid_lt_one_control,
+        slack="exact < 1 for u <= 36", dropped="float domain u <= 36",
+        note="float64 sigmoid rounds to exactly 1.0 for u >= 37; mpmath (60 digits) covers u <= 100",
+    ),
+    Check(
+        "iswiglu_nonneg", ("iswiglu_nonneg",), "Def. 3.1", THEOREM, (HYPOTHESIS,),
+        ("pldr_ref.activations.iswiglu",), iswiglu_nonneg_run, iswiglu_nonneg_control,
+        slack="none (exact >= 0)", dropped="the second factor u (SiLU instead of iSwiGLU)",
+        note="|u| > 1e154 excluded: u^2 overflows and inf * 0 = NaN",
+    ),
+    Check(
+        "iswiglu_pos", ("iswiglu_pos",), "Def. 3.1", THEOREM, (MPMATH, HYPOTHESIS),
+        ("pldr_ref.activations.iswiglu",), iswiglu_pos_run, iswiglu_pos_control,
+        slack="exact > 0 on 1e-100 <= |u| <= 700", dropped="u != 0 (and the float domain)",
+        note="float64 underflows to 0 for |u| < ~1e-162 and u < -745",
+    ),
+    Check(
+        "metric_entry_ge", ("metric_entry_ge",), "Prop. 3.7", THEOREM, (HYPOTHESIS,),
+        ("pldr_ref.plga.metric_tensor",), metric_entry_ge_run, metric_entry_ge_control,
+        slack="none (monotone rounding)", dropped="iSwiGLU >= 0 (SiLU instead)",
+    ),
+    Check(
+        "metric_entry_pos", ("metric_entry_pos",), "Prop. 3.7", THEOREM, (HYPOTHESIS, EXACT_FLOAT),
+        ("pldr_ref.plga.metric_tensor", "pldr_ref.model.forward"), metric_entry_pos_run, metric_entry_pos_control,
+        slack="none (exact > 0)", dropped="eps_adj > 0",
+    ),
+)

@@ -1,0 +1,336 @@
+"""Softmax.lean: positivity, normalization, shift invariance, convex hull and the shift characterization of
+the (masked) softmax (paper Prop. 3.12, Prop. 5.2(iii) row level), on ``pldr_ref.attention``."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+from hypothesis import strategies as st
+
+from pldr_ref.attention import MASK_MODES, apply_mask, masked_softmax, mix_values
+from proofs_check.profiles import expect_counterexample, expect_violation, run_property
+from proofs_check.registry import HYPOTHESIS, MPMATH, THEOREM, Check
+from proofs_check.rounding import UNIT_ROUNDOFF, gamma
+from proofs_check.strategies import reals, rows_with_support, vectors
+
+FLOAT_SPREAD = 700.0  # below this score spread no weight underflows to 0 in float64
+MP_DPS = 50
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """The real ``masked_softmax`` on an unmasked row."""
+    return masked_softmax(np.asarray(x, dtype=np.float64))
+
+
+def masked(x: np.ndarray, allowed: np.ndarray, mode: str = "ideal") -> np.ndarray:
+    """maskedSoftmax(J, x) through the real ``apply_mask`` + ``masked_softmax`` (mask True = forbidden)."""
+    return masked_softmax(apply_mask(np.asarray(x, dtype=np.float64), ~allowed, mode))
+
+
+def shift_rtol(x: np.ndarray, c: float | np.ndarray) -> float:
+    """Relative slack per weight of softmax(x + c) vs softmax(x): fl(x_i + c) and fl(x_i - max) move each
+    exponent by at most u(|x_i| + |c|) + u * spread, so each weight moves by about twice that, plus gamma(n+4)."""
+    scale = 2 * np.max(np.abs(x)) + 2 * np.max(np.abs(c))
+    return 8 * UNIT_ROUNDOFF * scale + 2 * gamma(x.size + 4)
+
+
+def _close_rel(a: np.ndarray, b: np.ndarray, rtol: float) -> bool:
+    return bool(np.all(np.abs(a - b) <= rtol * np.maximum(np.abs(a), np.abs(b))))
+
+
+# ---------------------------------------------------------------- unmasked softmax
+
+
+def denom_pos_run(profile: str) -> str:
+    """[n>=1] sum_j e^{x_j} > 0: mpmath for any spread; the real softmax stays finite with max weight >= 1/n."""
+
+    def prop(x: np.ndarray) -> None:
+        with mpmath.workdps(MP_DPS):
+            assert mpmath.fsum(mpmath.exp(mpmath.mpf(v)) for v in x) > 0
+        p = softmax(x)
+        assert np.all(np.isfinite(p)) and p.max() >= (1.0 - gamma(x.size + 4)) / x.size
+
+    return run_property(profile, prop, vectors(1, 12, -1e4, 1e4))
+
+
+def denom_pos_control(profile: str) -> str:
+    """n = 0 (every key masked) has denominator 0: the implemented row is all zeros, not a distribution."""
+    p = masked(np.array([1.0, 2.0, 3.0]), np.zeros(3, dtype=bool))
+    return expect_violation(float(p.sum()) == 0.0, f"empty support gives sum {p.sum()}")
+
+
+def softmax_pos_run(profile: str) -> str:
+    """[n>=1] softmax(x)_i > 0: float64 for spread < 700, mpmath for spreads up to 2e4."""
+
+    def prop(x: np.ndarray) -> None:
+        with mpmath.workdps(MP_DPS):
+            e = [mpmath.exp(mpmath.mpf(v)) for v in x]
+            assert all(v / mpmath.fsum(e) > 0 for v in e)
+        if np.ptp(x) < FLOAT_SPREAD:
+            assert np.all(softmax(x) > 0.0)
+
+    return run_property(profile, prop, vectors(1, 12, -1e4, 1e4))
+
+
+def softmax_pos_control(profile: str) -> str:
+    """Dropping the float spread bound: a score 746 below the max gets weight exactly 0.0."""
+    p = softmax(np.array([0.0, -746.0, 3.0]))
+    return expect_violation(bool(np.any(p == 0.0)), f"weights {p}")
+
+
+def sum_one_run(profile: str) -> str:
+    """[n>=1] |sum_i softmax(x)_i - 1| <= gamma(n+4)."""
+
+    def prop(x: np.ndarray) -> None:
+        assert abs(softmax(x).sum() - 1.0) <= gamma(x.size + 4)
+
+    return run_property(profile, prop, vectors(1, 64, -1e3, 1e3))
+
+
+def sum_one_control(profile: str) -> str:
+    """Dropping n >= 1 (empty allowed set): the row sums to 0."""
+    p = masked(np.zeros(4), np.zeros(4, dtype=bool))
+    return expect_violation(float(p.sum()) == 0.0, f"sum = {p.sum()}")
+
+
+def shift_run(profile: str) -> str:
+    """softmax(x + c 1) = softmax(x) within the per-weight relative slack of :func:`shift_rtol`."""
+
+    def prop(x: np.ndarray, c: float) -> None:
+        assert _close_rel(softmax(x + c), softmax(x), shift_rtol(x, c))
+
+    return run_property(profile, prop, vectors(1, 12, -50.0, 50.0), reals(-1e3, 1e3))
+
+
+def _nonconstant_shift_changes(profile: str) -> str:
+    def prop(x: np.ndarray, shift: np.ndarray) -> None:
+        if x.size < 2 or np.ptp(shift) < 1e-3:
+            return
+        assert _close_rel(softmax(x + shift[: x.size]), softmax(x), shift_rtol(x, shift)), "softmax changed"
+
+    return expect_counterexample(profile, prop, vectors(2, 8, -5.0, 5.0), vectors(8, 8, -3.0, 3.0))
+
+
+def avg_le_run(profile: str) -> str:
+    """v_i <= M => sum_i p_i v_i <= M + gamma(n+4) max|v| (and the mirrored >= min v), via ``mix_values``."""
+
+    def prop(x: np.ndarray, seed: int) -> None:
+        v = np.random.default_rng(seed).normal(size=(x.size, 3)) * 10
+        p = softmax(x)
+        out = mix_values(p[None, None, None, :], v[None, None])[0, 0, 0]
+        slack = gamma(x.size + 4) * np.max(np.abs(v), axis=0)
+        assert np.all(out <= v.max(axis=0) + slack) and np.all(out >= v.min(axis=0) - slack)
+
+    return run_property(profile, prop, vectors(1, 12, -50.0, 50.0), st.integers(0, 2**32 - 1))
+
+
+def avg_le_control(profile: str) -> str:
+    """Dropping 'v_i <= M for all i' (M = max over all but the largest value): the average exceeds M."""
+
+    def prop(x: np.ndarray) -> None:
+        v = np.arange(x.size, dtype=np.float64)
+        m = v[:-1].max(initial=-1.0)
+        out = mix_values(softmax(x)[None, None, None, :], v[None, None, :, None])[0, 0, 0, 0]
+        assert out <= m, f"average {out} > M = {m}"
+
+    return expect_counterexample(profile, prop, vectors(2, 8, -5.0, 5.0))
+
+
+def eq_iff_shift_run(profile: str) -> str:
+    """(<=) y = x + c gives equal rows; (=>) spread(log p_y - log p_x) = spread(y - x) up to rounding, so a
+    non-constant y - x gives different distributions."""
+
+    def prop(x: np.ndarray, y_full: np.ndarray, c: float) -> None:
+        y = y_full[: x.size]
+        assert _close_rel(softmax(x + c), softmax(x), shift_rtol(x, c))
+        gap = np.log(softmax(y)) - np.log(softmax(x))
+        tol = 16 * UNIT_ROUNDOFF * (np.max(np.abs(x)) + np.max(np.abs(y)) + 1) + 4 * gamma(x.size + 4)
+        assert abs(np.ptp(gap) - np.ptp(y - x)) <= tol
+        if np.ptp(y - x) > 2 * tol:
+            assert not np.array_equal(softmax(x), softmax(y))
+
+    return run_property(profile, prop, vectors(1, 8, -30.0, 30.0), vectors(8, 8, -30.0, 30.0), reals(-100, 100))
+
+
+# ---------------------------------------------------------------- masked softmax (ideal -inf semantics)
+
+
+def masked_denom_pos_run(profile: str) -> str:
+    """J nonempty => the masked denominator is positive: finite row summing to 1 (ideal mask)."""
+
+    def prop(row: tuple[np.ndarray, np.ndarray]) -> None:
+        x, allowed = row
+        p = masked(x, allowed)
+        assert np.all(np.isfinite(p)) and abs(p.sum() - 1.0) <= gamma(x.size + 4)
+
+    return run_property(profile, prop, rows_with_support(lo=-1e3, hi=1e3))
+
+
+def masked_nonneg_run(profile: str) -> str:
+    """J nonempty => maskedSoftmax(J, x)_i >= 0 exactly, in every mask mode (ideal, additive, finfo_min)."""
+
+    def prop(row: tuple[np.ndarray, np.ndarray]) -> None:
+        x, allowed = row
+        for mode in MASK_MODES:
+            assert np.all(masked(x, allowed, mode) >= 0.0), mode
+
+    return run_property(profile, prop, rows_with_support(lo=-1e3, hi=1e3))
+
+
+def masked_nonneg_control(profile: str) -> str:
+    """Without max subtraction (the stability the real operator has) exp overflows and the weights are NaN."""
+    x = np.array([800.0, 801.0])
+    with np.errstate(over="ignore", invalid="ignore"):
+        naive = np.exp(x) / np.exp(x).sum()
+    return expect_violation(not np.all(naive >= 0.0), f"naive softmax of {x} = {naive}")
+
+
+def masked_pos_run(profile: str) -> str:
+    """J nonempty, i in J => weight > 0 (float, spread on J < 700)."""
+
+    def prop(row: tuple[np.ndarray, np.ndarray]) -> None:
+        x, allowed = row
+        assert np.all(masked(x, allowed)[allowed] > 0.0)
+
+    return run_property(profile, prop, rows_with_support(lo=-300.0, hi=300.0))
+
+
+def masked_pos_control(profile: str) -> str:
+    """Dropping i in J: forbidden entries get weight exactly 0."""
+    allowed = np.array([True, False, True])
+    p = masked(np.array([1.0, 2.0, 3.0]), allowed)
+    return expect_violation(p[1] == 0.0, f"weight of the masked entry = {p[1]}")
+
+
+def masked_eq_zero_run(profile: str) -> str:
+    """i not in J => weight == 0.0 exactly: ideal mask (Lean statement); additive -1e9 and finfo_min masks by
+    underflow (implementation property, scores |x| <= 1e3 with J nonempty)."""
+
+    def prop(row: tuple[np.ndarray, np.ndarray], nonempty: bool) -> None:
+        x, allowed = row
+        if not nonempty:
+            allowed = np.zeros_like(allowed)
+        assert np.all(masked(x, allowed)[~allowed] == 0.0)
+        if allowed.any():
+            for mode in ("additive", "finfo_min"):
+                assert np.all(masked(x, allowed, mode)[~allowed] == 0.0), mode
+
+    return run_property(profile, prop, rows_with_support(lo=-1e3, hi=1e3), st.booleans())
+
+
+def masked_eq_zero_control(profile: str) -> str:
+    """The finite additive mask with an empty allowed set (underflow precondition dropped): masked entries
+    get 1/n, not 0."""
+    p = masked(np.array([1.0, 2.0, 3.0]), np.zeros(3, dtype=bool), "additive")
+    return expect_violation(bool(np.all(p > 0.0)), f"additive-mask weights {p}")
+
+
+def masked_sum_one_run(profile: str) -> str:
+    """J nonempty => the full row sums to 1 within gamma(n+4) (all mask modes)."""
+
+    def prop(row: tuple[np.ndarray, np.ndarray]) -> None:
+        x, allowed = row
+        for mode in MASK_MODES:
+            assert abs(masked(x, allowed, mode).sum() - 1.0) <= gamma(x.size + 4), mode
+
+    return run_property(profile, prop, rows_with_support(lo=-1e3, hi=1e3))
+
+
+def masked_shift_run(profile: str) -> str:
+    """For any J (empty too) and c: maskedSoftmax(J, x + c) = maskedSoftmax(J, x) within :func:`shift_rtol`."""
+
+    def prop(row: tuple[np.ndarray, np.ndarray], c: float) -> None:
+        x, allowed = row
+        a, b = masked(x + c, allowed), masked(x, allowed)
+        assert _close_rel(a, b, shift_rtol(x, c))
+        assert np.array_equal(a == 0.0, b == 0.0)
+
+    return run_property(profile, prop, rows_with_support(lo=-50.0, hi=50.0, nonempty=False), reals(-1e3, 1e3))
+
+
+def masked_shift_control(profile: str) -> str:
+    """A non-constant shift on J changes the masked row."""
+
+    def prop(row: tuple[np.ndarray, np.ndarray]) -> None:
+        x, allowed = row
+        if allowed.sum() < 2:
+            return
+        shift = np.where(allowed, np.arange(x.size, dtype=np.float64), 0.0)
+        assert _close_rel(masked(x + shift, allowed), masked(x, allowed), shift_rtol(x, shift)), "row changed"
+
+    return expect_counterexample(profile, prop, rows_with_support(lo=-5.0, hi=5.0))
+
+
+def masked_eq_iff_shift_run(profile: str) -> str:
+    """J nonempty: y = x + c on J, arbitrary off J => equal rows (bitwise when c = 0); and the (=>) side:
+    spread over J of log p_y - log p_x equals spread over J of y - x up to rounding."""
+
+    def prop(row: tuple[np.ndarray, np.ndarray], noise: np.ndarray, c: float) -> None:
+        x, allowed = row
+        off = np.resize(noise, x.size)
+        y_same = np.where(allowed, x, off)  # c = 0, off-support entries arbitrary
+        assert np.array_equal(masked(y_same, allowed), masked(x, allowed))
+        y = np.where(allowed, x + c, off)
+        assert _close_rel(masked(y, allowed), masked(x, allowed), shift_rtol(x, c))
+        z = np.where(allowed, x + np.resize(noise, x.size), off)
+        gap = (np.log(masked(z, allowed)[allowed]) - np.log(masked(x, allowed)[allowed]))
+        tol = 16 * UNIT_ROUNDOFF * (np.max(np.abs(x)) + np.max(np.abs(z)) + 1) + 4 * gamma(x.size + 4)
+        assert abs(np.ptp(gap) - np.ptp((z - x)[allowed])) <= tol
+
+    return run_property(
+        profile, prop, rows_with_support(lo=-30.0, hi=30.0), vectors(12, 12, -30.0, 30.0), reals(-100.0, 100.0)
+    )
+
+
+def masked_eq_iff_control(profile: str) -> str:
+    """A perturbation inside J (not a common shift) changes the row."""
+
+    def prop(row: tuple[np.ndarray, np.ndarray]) -> None:
+        x, allowed = row
+        if allowed.sum() < 2:
+            return
+        i = int(np.flatnonzero(allowed)[0])
+        y = x.copy()
+        y[i] += 1.0
+        assert _close_rel(masked(y, allowed), masked(x, allowed), shift_rtol(x, 1.0)), "row changed"
+
+    return expect_counterexample(profile, prop, rows_with_support(lo=-5.0, hi=5.0))
+
+
+def _check(name: str, paper: str, run, control, slack: str, dropped: str, method=(HYPOTHESIS,), note: str = ""):
+    return Check(
+        name, (name,), paper, THEOREM, method, ("pldr_ref.attention.masked_softmax", "pldr_ref.attention.apply_mask"),
+        run, control, slack=slack, dropped=dropped, note=note,
+    )
+
+
+CHECKS = (
+    _check("softmax_denom_pos", "Prop. 3.12", denom_pos_run, denom_pos_control, "max weight >= (1-gamma(n+4))/n",
+           "n >= 1", (MPMATH, HYPOTHESIS)),
+    _check("softmax_pos", "Prop. 3.12", softmax_pos_run, softmax_pos_control, "exact > 0 for spread < 700",
+           "score spread < 700 (float domain)", (MPMATH, HYPOTHESIS),
+           note="weights underflow to 0.0 in float64 for spreads > ~745; mpmath covers those"),
+    _check("softmax_sum_one", "Prop. 3.12", sum_one_run, sum_one_control, "gamma(n+4)", "n >= 1"),
+    _check("softmax_shift", "Prop. 3.12 / Prop. 5.2(iii)", shift_run, _nonconstant_shift_changes,
+           "rel 8u(2|x|+2|c|) + 2 gamma(n+4) per weight", "the shift is constant"),
+    _check("softmax_avg_le", "Prop. 3.12(ii)", avg_le_run, avg_le_control, "gamma(n+4) max|v|",
+           "v_i <= M for every i"),
+    _check("softmax_eq_iff_shift", "Prop. 5.2(iii) row level", eq_iff_shift_run, _nonconstant_shift_changes,
+           "16u(|x|+|y|+1) + 4 gamma(n+4) on log-ratio spreads", "the shift is constant"),
+    _check("maskedSoftmax_denom_pos", "Prop. 3.12", masked_denom_pos_run, denom_pos_control, "gamma(n+4)",
+           "J nonempty"),
+    _check("maskedSoftmax_nonneg", "Prop. 3.12", masked_nonneg_run, masked_nonneg_control, "none (exact >= 0)",
+           "max-subtracted evaluation (naive exp overflows to NaN)"),
+    _check("maskedSoftmax_pos", "Prop. 3.12", masked_pos_run, masked_pos_control, "exact > 0, spread on J < 700",
+           "i in J"),
+    _check("maskedSoftmax_eq_zero", "Prop. 3.12", masked_eq_zero_run, masked_eq_zero_control,
+           "none (exact == 0.0)", "underflow precondition of the finite mask (J nonempty)",
+           note="finite -1e9 / finfo.min masks give exact 0 only through underflow: an implementation property"),
+    _check("maskedSoftmax_sum_one", "Prop. 3.12", masked_sum_one_run, sum_one_control, "gamma(n+4)",
+           "J nonempty"),
+    _check("maskedSoftmax_shift", "Prop. 5.2(iii)", masked_shift_run, masked_shift_control,
+           "rel 8u(2|x|+2|c|) + 2 gamma(n+4) per weight", "the shift is constant on J"),
+    _check("maskedSoftmax_eq_iff_shift", "Prop. 5.2(iii) causal-support form", masked_eq_iff_shift_run,
+           masked_eq_iff_control, "bitwise for off-support changes; shift_rtol otherwise",
+           "the difference is a common shift on J"),
+)
