@@ -14,6 +14,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from pldr_ref.constants import EPS_ADJ, EPS_LN, MASK_VALUE, ROPE_BASE
 
 ROPE_LAYOUTS = ("interleaved", "half")
@@ -182,51 +184,87 @@ class PLDRConfig:
                 path = os.path.join(path, "config.json")
             with open(path, encoding="utf-8") as fh:
                 hf = json.load(fh)
-        return cls(**_fields_from_hf(hf), **overrides)
+        if not isinstance(hf, Mapping):
+            raise ValueError(f"HF config must be a JSON object, got {type(hf).__name__}")
+        fields = _fields_from_hf(hf)
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"PLDRConfig has no field(s) {sorted(unknown)}")
+        fields.update(overrides)  # e.g. mask_mode="additive" to run HF weights with native semantics
+        return cls(**fields)
+
+
+#: Defaults of HF ``PldrllmConfig.__init__`` (transformers ``a28acc8b``), used for keys a config.json omits.
+HF_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 32000, "hidden_size": 896, "intermediate_size": 2389, "num_hidden_layers": 5,
+    "num_attention_heads": 14, "hidden_act": "silu", "max_position_embeddings": 1024, "layer_norm_eps": EPS_LN,
+    "pad_token_id": 0, "tie_word_embeddings": False, "rope_theta": ROPE_BASE, "rope_scaling": None,
+    "attention_bias": True, "glu_bias": True, "final_bias": True, "reference_rope": True, "head_dim": 64,
+    "num_reslayerA": 8, "num_denseA": 2, "A_dff": 170, "custom_G_type": None,
+}
 
 
 def _fields_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    def need(key: str) -> Any:
-        if key not in hf:
-            raise ValueError(f"HF config is missing required key {key!r}")
-        return hf[key]
+    """PLDRConfig fields from HF ``PldrllmConfig`` keys (missing keys take the HF defaults).
 
-    d_model = int(need("hidden_size"))
-    heads = int(need("num_attention_heads"))
-    if d_model % heads:
-        raise ValueError(f"HF config hidden_size={d_model} is not divisible by num_attention_heads={heads}")
-    d_k = int(hf.get("head_dim") or d_model // heads)
+    HF semantics reproduced: ``hidden_size`` None -> heads * head_dim; ``intermediate_size`` None ->
+    floor(d * 4 * 2/3); ``reference_rope`` True -> torchtune RoPE (interleaved, float32 table, q/k rounded
+    to float32), False -> half-split; ``custom_G_type`` None -> learned G with the v500 metric learner,
+    else a fixed G buffer and no metric learner.  Eager masks use finfo(float64).min, the embedding scale
+    is in the model dtype, the initialiser is xavier_uniform ("hf").
+    """
+    model_type = hf.get("model_type", "pldrllm")
+    if model_type != "pldrllm":
+        raise ValueError(f"HF config model_type={model_type!r} is not 'pldrllm'")
+
+    def get(key: str) -> Any:
+        return hf[key] if key in hf else HF_DEFAULTS[key]
+
+    if get("hidden_act") != "silu":
+        raise ValueError(f"HF config hidden_act={get('hidden_act')!r} is not supported (only 'silu')")
+    if get("tie_word_embeddings"):
+        raise ValueError("HF config tie_word_embeddings=True is not supported (PLDR-LLM never ties)")
+    if get("rope_scaling") is not None:
+        raise ValueError(f"HF config rope_scaling={get('rope_scaling')!r} is not supported (only None)")
+    heads = int(get("num_attention_heads"))
+    d_k = int(get("head_dim"))
+    d_model = get("hidden_size")
+    d_model = heads * d_k if d_model is None else int(d_model)
     if d_k * heads != d_model:
-        raise ValueError(f"HF config head_dim={d_k} * heads={heads} != hidden_size={d_model}")
-    reference_rope = bool(hf.get("reference_rope", True))
-    custom_g = hf.get("custom_G_type")
-    g_mode = "learned" if custom_g in (None, "None") else str(custom_g)
+        raise ValueError(f"HF config head_dim={d_k} * num_attention_heads={heads} != hidden_size={d_model}")
+    dff = get("intermediate_size")
+    dff = int(np.floor(d_model * 4 * 2 / 3)) if dff is None else int(dff)
+    custom_g = get("custom_G_type")
+    if custom_g not in (None, "identity", "random", "external"):
+        raise ValueError(f"HF config custom_G_type={custom_g!r} is not one of None, 'identity', 'random', 'external'")
+    g_mode = "learned" if custom_g is None else str(custom_g)
     rope_theta = hf.get("rope_theta")
     if rope_theta is None:
         rope_theta = (hf.get("rope_parameters") or {}).get("rope_theta", ROPE_BASE)
+    pad = get("pad_token_id")
     return {
-        "num_layers": int(need("num_hidden_layers")),
+        "num_layers": int(get("num_hidden_layers")),
         "num_heads": heads,
         "d_k": d_k,
-        "dff": int(need("intermediate_size")),
-        "A_dff": int(hf.get("A_dff", 170)),
-        "num_reslayerA": int(hf.get("num_reslayerA", 8)),
-        "num_denseA": int(hf.get("num_denseA", 2)),
-        "vocab_size": int(need("vocab_size")),
-        "max_seq_len": int(hf.get("max_position_embeddings", 1024)),
+        "dff": dff,
+        "A_dff": int(get("A_dff")),
+        "num_reslayerA": int(get("num_reslayerA")),
+        "num_denseA": int(get("num_denseA")),
+        "vocab_size": int(get("vocab_size")),
+        "max_seq_len": int(get("max_position_embeddings")),
         "rope_base": float(rope_theta),
-        "eps_ln": float(hf.get("layer_norm_eps", EPS_LN)),
-        "attn_bias": bool(hf.get("attention_bias", True)),
-        "glu_bias": bool(hf.get("glu_bias", True)),
-        "final_bias": bool(hf.get("final_bias", True)),
-        "rope_layout": "interleaved" if reference_rope else "half",
+        "eps_ln": float(get("layer_norm_eps")),
+        "attn_bias": bool(get("attention_bias")),
+        "glu_bias": bool(get("glu_bias")),
+        "final_bias": bool(get("final_bias")),
+        "rope_layout": "interleaved" if get("reference_rope") else "half",
         "rope_precision": "float32",
         "mask_mode": "finfo_min",
         "embed_scale_precision": "exact",
         "metric_learner": "v500" if g_mode == "learned" else "none",
         "g_mode": g_mode,
         "init_scheme": "hf",
-        "pad_id": int(hf.get("pad_token_id", 0) or 0),
+        "pad_id": 0 if pad is None else int(pad),
     }
 
 

@@ -90,9 +90,9 @@ def notears_h(m: np.ndarray) -> np.ndarray:
     if np.any(small):
         out[small] = _taylor_h(n[small])
     if not np.all(small):
-        lam = np.linalg.eigvals(n[~small])
+        # h = d (exp(log tr - log d) - 1): exact 0 when the eigenvalues are 0, +inf beyond float64
         with np.errstate(over="ignore"):
-            out[~small] = np.sum(np.expm1(lam), axis=-1).real
+            out[~small] = a.shape[-1] * np.expm1(log_trace_expm(a[~small]) - math.log(a.shape[-1]))
     return out
 
 
@@ -189,7 +189,7 @@ def training_loss(
         raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
     if coefficients is None:
         if convention == "pt":
-            raise ValueError("convention='pt' needs explicit coefficients (PT_SAMPLE_DAG_COEFFS is the sample script's)")
+            raise ValueError("convention='pt' needs explicit coefficients (the sample script's: PT_SAMPLE_DAG_COEFFS)")
         coefficients = TF_DAG_COEFFS
     coeffs = dict(zip(DAG_TENSORS, (float(c) for c in coefficients), strict=True))
     if any(not math.isfinite(c) or c < 0 for c in coeffs.values()):

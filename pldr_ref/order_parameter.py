@@ -26,9 +26,14 @@ NORMALIZATIONS = ("symmetric", "first")
 
 
 def rms(x: np.ndarray) -> float:
-    """sqrt(mean(x^2)) over every entry."""
+    """sqrt(mean(x^2)) over every entry, scaled by max|x| so that squares neither underflow nor overflow
+    (a non-zero tensor always has a non-zero RMS, which the piecewise convention relies on)."""
     a = np.asarray(x, dtype=np.float64)
-    return float(np.sqrt(np.mean(a * a)))
+    s = float(np.max(np.abs(a))) if a.size else 0.0
+    if s == 0.0:
+        return 0.0
+    b = a / s
+    return s * float(np.sqrt(np.mean(b * b)))
 
 
 def relative_rms_fluctuation(t1: np.ndarray, t2: np.ndarray, normalization: str = "symmetric") -> float:
@@ -41,10 +46,17 @@ def relative_rms_fluctuation(t1: np.ndarray, t2: np.ndarray, normalization: str 
         raise ValueError(f"tensors to compare have different shapes {a.shape} and {b.shape}")
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         raise ValueError("order parameter of non-finite tensors is undefined")
-    num = rms(a - b)
+    with np.errstate(over="ignore"):
+        diff = a - b
+    if not np.all(np.isfinite(diff)):
+        raise ValueError("tensor difference overflows float64")
+    num = rms(diff)
     if num == 0.0:
         return 0.0
-    ref = 0.5 * (rms(a) + rms(b)) if normalization == "symmetric" else rms(a)
+    if normalization == "symmetric":
+        # num / ((ra + rb) / 2) written so that halving cannot underflow a subnormal reference to 0
+        return 2.0 * float(num / (rms(a) + rms(b)))
+    ref = rms(a)
     return float(num / ref) if ref > 0.0 else float("inf")
 
 

@@ -268,8 +268,8 @@ def validate_tensors(config: PLDRConfig, tensors: Mapping[str, np.ndarray]) -> N
         if tuple(arr.shape) != shape:
             raise ValueError(f"parameter {name!r} has shape {tuple(arr.shape)}, expected {shape}")
         if not np.all(np.isfinite(arr)):
-            bad = np.argwhere(~np.isfinite(arr))[0]
-            raise ValueError(f"parameter {name!r} has a non-finite value {arr[tuple(bad)]} at index {tuple(bad)}")
+            bad = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
+            raise ValueError(f"parameter {name!r} has a non-finite value {arr[bad]} at index {bad}")
 
 
 # ------------------------------------------------------------------ initialisation

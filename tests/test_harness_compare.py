@@ -116,12 +116,14 @@ def test_non_finite_classes_are_counted_separately():
 def test_statistics_and_worst_index_on_a_hand_made_array():
     e = np.array([[1.0, 2.0, 4.0], [0.0, -8.0, 10.0]])
     a = np.array([[1.0, 2.5, 4.0], [0.0, -8.0, 9.0]])
-    c = compare_tensor("t", e, a, "float64", allowed_abs=0.6)
+    c = compare_tensor("t", e, a, "float64", atol=0.6)
     assert c.max_abs == 1.0 and c.worst_index == (1, 2)
     assert c.worst_expected == 10.0 and c.worst_actual == 9.0
     assert c.median_abs == 0.0
     assert c.max_rel == 0.25 and c.median_rel == 0.0
     assert c.mismatches == 1  # only |9 - 10| > 0.6
+    relative = compare_tensor("t", e, a, "float64", atol=0.0, rtol=0.11)
+    assert relative.mismatches == 1  # |2.5 - 2| = 0.5 > 0.22; |9 - 10| = 1 <= 1.1
     assert c.ref_max_abs == 10.0 and c.max_rel_normwise == 0.1
     exact = compare_tensor("t", e, a, "float64")
     assert exact.mismatches == 2
@@ -142,5 +144,5 @@ def test_identical_arrays_compare_equal_in_every_dtype():
     rng = np.random.default_rng(0)
     for dtype in (*IEEE, "bfloat16"):
         x = rng.standard_normal(100).astype(numpy_dtype(dtype)).astype(np.float64)
-        c = compare_tensor("t", x, x, dtype, allowed_abs=0.0)
+        c = compare_tensor("t", x, x, dtype, atol=0.0)
         assert c.max_abs == 0.0 and c.max_ulp == 0 and c.mismatches == 0

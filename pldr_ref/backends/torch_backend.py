@@ -47,6 +47,17 @@ STAGE_NAMES = (
     "post_attention_norm", "ffn", "post_ffn_norm", "lm_head",
 )
 
+#: Cache modes of the ``cached_generation`` kind (spec §8.1-§8.2):
+#: name -> (KV cache, G cache, cached-step mask, HF cache_first_G, padding from token id).
+GENERATION_MODES = {
+    "kv+g": (True, True, "none", False, True),
+    "kv": (True, False, "none", False, True),
+    "g": (False, True, "none", False, True),
+    "none": (False, False, "none", False, True),
+    "hf": (True, True, "causal", False, False),
+    "hf-first-G": (True, True, "causal", True, False),
+}
+
 #: Trace entries of one layer, in forward order (the golden names ``layers.{l}.{entry}``).
 LAYER_ENTRIES = ("x", "q", "k", "q_rot", "k_rot", "v", "A0", "A", "A_LM", "A_P", "G_LM", "scores", "E", "ctx",
                  "attn_out", "out1", "ffn_out", "out2")
@@ -130,7 +141,7 @@ class TorchBackend:
             pos = self.tensor(i["positions"])
             out = {"q_rot": self.rope(t("q"), pos, c), "k_rot": self.rope(t("k"), pos, c)}
         elif s == "density_operator":
-            out = {"A0": self.gram(t("q_rot"), c)}
+            out = {"A0": self.gram(t("q_rot"), c, t("gram_offset") if "gram_offset" in i else None)}
         elif s == "metric_learner":
             out = {"A": self.metric_learner(P, pre, t("A0"), c)}
         elif s == "metric_tensor":
@@ -345,17 +356,25 @@ class TorchBackend:
         """[H, d, d] viewed to broadcast against [B, H, (S,) d, d]."""
         return t.reshape(t.shape[0], *([1] * (like.dim() - 4)), *t.shape[-2:])
 
+    def plga_dtype(self, dt: Any) -> Any:
+        """Work dtype of A_LM and A_P: float32 for float16, whose range cannot hold eps_adj = 1e-9 (A_LM would
+        underflow to 0 and A_LM^P with P < 0 overflow); the dtype itself otherwise."""
+        return self.torch.float32 if dt == self.torch.float16 else dt
+
     def metric_tensor(self, a: Any, W: Any, b: Any, eps_adj: float) -> Any:
-        """A_LM = iSwiGLU(W A + b) + eps_adj (W A: matrix product per head)."""
-        return self.iswiglu(self.torch.matmul(self.per_head(W, a), a) + self.per_head(b, a)) + eps_adj
+        """A_LM = iSwiGLU(W A + b) + eps_adj (W A: matrix product per head); in :meth:`plga_dtype`."""
+        z = self.torch.matmul(self.per_head(W, a), a) + self.per_head(b, a)
+        return self.iswiglu(z.to(self.plga_dtype(z.dtype))) + eps_adj
 
     def potential_tensor(self, a_lm: Any, P: Any) -> Any:
-        """A_P = A_LM ** P elementwise."""
-        return self.torch.pow(a_lm, self.per_head(P, a_lm))
+        """A_P = A_LM ** P elementwise; in :meth:`plga_dtype` of the exponent's dtype."""
+        work = self.plga_dtype(P.dtype)
+        return self.torch.pow(a_lm.to(work), self.per_head(P, a_lm).to(work))
 
     def energy_curvature(self, a_p: Any, a: Any, b_a: Any) -> Any:
-        """G_LM = a A_P + b_a (a A_P: matrix product per head)."""
-        return self.torch.matmul(self.per_head(a, a_p), a_p) + self.per_head(b_a, a_p)
+        """G_LM = a A_P + b_a (a A_P: matrix product per head), returned in the parameters' dtype."""
+        g = self.torch.matmul(self.per_head(a, a_p).to(a_p.dtype), a_p) + self.per_head(b_a, a_p).to(a_p.dtype)
+        return g.to(a.dtype)
 
     # ------------------------------------------------------------------ attention
     def attention_scores(self, q_rot: Any, g_lm: Any, k_rot: Any) -> Any:
@@ -411,8 +430,12 @@ class TorchBackend:
         return mask
 
     # ------------------------------------------------------------------ layer and model
-    def frozen_g(self, g_cache: list[tuple[Any, Any, Any]] | None, layer: int) -> tuple[Any, Any, Any] | None:
-        """The G-cache entry (A_LM, A_P, G_LM) a cached step uses for ``layer`` (None without a G cache)."""
+    def frozen_g(self, g_cache: list[tuple[Any, Any, Any]] | None, layer: int,
+                 cached_step: bool) -> tuple[Any, Any, Any] | None:
+        """The G-cache entry (A_LM, A_P, G_LM) a call uses for ``layer`` (None without a G cache).
+
+        ``cached_step`` is True for every call after the prompt pass.
+        """
         return None if g_cache is None else g_cache[layer]
 
     def decoder_layer(self, P: Mapping[str, Any], layer: int, x: Any, config: Any, *, positions: Any, mask: Any,
@@ -493,7 +516,8 @@ class TorchBackend:
 
     def step(self, P: Mapping[str, Any], config: Any, token_ids: np.ndarray, *, kv: dict | None = None,
              g_cache: list | None = None, start_pos: int = 0, attention_mask: np.ndarray | None = None,
-             pad_masking: bool = True, cached_mask: str = "none") -> tuple[dict[str, Any], dict, list | None]:
+             pad_masking: bool = True, cached_mask: str = "none",
+             cached_step: bool = False) -> tuple[dict[str, Any], dict, list | None]:
         """A (possibly cached) forward of new tokens; returns (trace, new KV cache, new G cache).
 
         KV cache: ``{"layers": [{"k_rot", "v", "A", "gram"}], "key_padding": [B, T]}``; G cache: per layer
@@ -532,7 +556,7 @@ class TorchBackend:
                 P, i, x, c, positions=positions, mask=mask,
                 past_k=None if lk is None else lk["k_rot"], past_v=None if lk is None else lk["v"],
                 frozen_A=None if lk is None or cumulative else lk["A"],
-                frozen_G=self.frozen_g(g_cache, i),
+                frozen_G=self.frozen_g(g_cache, i, cached_step),
                 gram_offset=None if lk is None or not cumulative else lk["gram"],
             )
             trace.update({f"layers.{i}.{n}": v for n, v in t.items()})
@@ -570,7 +594,58 @@ class TorchBackend:
 
     def _run_cached_generation(self, case: Any, args: Mapping[str, Any], inputs: Mapping[str, np.ndarray],
                                dt: Any) -> dict[str, Any]:
-        raise Unsupported("cached_generation cases: format not wired yet")
+        """Prefill on ``prompt_ids``, then cached steps over ``new_ids`` in chunks ``args.step_sizes``
+        in mode ``args.mode`` (spec §8.1-§8.2; the fixture kind ``cached_generation``)."""
+        mode = args["mode"]
+        if mode not in GENERATION_MODES:
+            raise Unsupported(f"cache mode {mode!r} is not implemented by the torch backend")
+        kv_on, g_on, cached_mask, first_g, pad_from_token = GENERATION_MODES[mode]
+        c = case.params.config
+        P = self.params(case.params, dt)
+        prompt, new = np.asarray(inputs["prompt_ids"]), np.asarray(inputs["new_ids"])
+        full_mask = inputs.get("attention_mask")
+        t = prompt.shape[1]
+        init = None
+        if "initial_G_LM" in inputs:
+            g0 = self.tensor(inputs["initial_G_LM"], dt)
+            init = [(None, None, g0[i][None]) for i in range(c.num_layers)]
+        trace, kv, g = self.step(P, c, prompt, g_cache=init, pad_masking=pad_from_token,
+                                 attention_mask=None if full_mask is None else full_mask[:, :t])
+        out = {f"prefill.{k}": v for k, v in trace.items()}
+        if init is not None:
+            g = init
+        elif g_on:
+            g = [tuple(None if a is None else a[:1] for a in lg) for lg in g] if first_g else g
+        else:
+            g = None
+        kv = kv if kv_on else None
+        ids = prompt
+        pos = 0
+        for j, size in enumerate(args["step_sizes"]):
+            chunk = new[:, pos:pos + int(size)]
+            ids = np.concatenate([ids, chunk], axis=1)
+            mask = None if full_mask is None else np.asarray(full_mask)[:, : ids.shape[1]]
+            if kv_on:
+                trace, kv, _ = self.step(P, c, chunk, kv=kv, g_cache=g, cached_mask=cached_mask,
+                                         attention_mask=None if mask is None else mask[:, -chunk.shape[1]:],
+                                         pad_masking=pad_from_token, cached_step=True)
+                logits = trace["logits"]
+            else:
+                trace, _, _ = self.step(P, c, ids, g_cache=g, attention_mask=mask, pad_masking=pad_from_token,
+                                        cached_step=True)
+                logits = trace["logits"][:, -chunk.shape[1]:]
+            out.update({f"steps.{j}.{k}": v for k, v in trace.items()})
+            out[f"steps.{j}.new_logits"] = logits
+            pos += int(size)
+        if kv is not None:
+            out["kv_cache.key_padding"] = kv["key_padding"]
+            for i, lk in enumerate(kv["layers"]):
+                out.update({f"kv_cache.layers.{i}.{n}": v for n, v in lk.items() if v is not None})
+        if g is not None:
+            for i, lg in enumerate(g):
+                out.update({f"g_cache.layers.{i}.{n}": v for n, v in zip(("A_LM", "A_P", "G_LM"), lg, strict=True)
+                            if v is not None})
+        return out
 
     def _run_op(self, kind: str, params: Params | None, args: Mapping[str, Any], inputs: Mapping[str, np.ndarray],
                 dt: Any) -> dict[str, Any]:

@@ -15,9 +15,9 @@ from mpmath import mpf
 
 from pldr_ref.config import PLDRConfig
 from pldr_ref.exact import plga
+from pldr_ref.exact.numbers import mpf_exact
 from pldr_ref.exact.ops import Matrix, affine, glu, layer_norm, masked_logit, softmax_row, vecmat
 from pldr_ref.exact.rope import RopeTables, rotate
-from pldr_ref.exact.numbers import mpf_exact
 
 
 class LayerConstants:
@@ -68,8 +68,9 @@ def decoder_layer(lp: Any, x: list[Matrix], config: PLDRConfig, *, positions: li
         q = split_heads([affine(r, lp.wq, lp.bq) for r in xb], nh)
         kk = split_heads([affine(r, lp.wk, lp.bk) for r in xb], nh)
         v = split_heads([affine(r, lp.wv, lp.bv) for r in xb], nh)
-        q_rot = [[rotate(r, *tables(p), c.rope_layout, c.rope_precision) for r, p in zip(qh, positions)] for qh in q]
-        k_rot = [[rotate(r, *tables(p), c.rope_layout, c.rope_precision) for r, p in zip(kh, positions)] for kh in kk]
+        rope = (c.rope_layout, c.rope_precision)
+        q_rot = [[rotate(r, *tables(p), *rope) for r, p in zip(qh, positions, strict=True)] for qh in q]
+        k_rot = [[rotate(r, *tables(p), *rope) for r, p in zip(kh, positions, strict=True)] for kh in kk]
         heads = {name: [] for name in ("A0", "A", "A_LM", "A_P", "G_LM", "scores", "E", "ctx")}
         for h in range(nh):
             a0 = plga.cumulative_density_operator(q_rot[h]) if cumulative else plga.density_operator(q_rot[h])
@@ -89,8 +90,8 @@ def decoder_layer(lp: Any, x: list[Matrix], config: PLDRConfig, *, positions: li
             for i, row in enumerate(scores):
                 m_row = mask[b][i] if mask is not None else [False] * len(row)
                 e.append(softmax_row([masked_logit(s, mm, c.mask_mode, k.mask_value, k.finfo_min)
-                                      for s, mm in zip(row, m_row)]))
-            vt = [list(col) for col in zip(*v[h])]
+                                      for s, mm in zip(row, m_row, strict=True)]))
+            vt = [list(col) for col in zip(*v[h], strict=True)]
             heads["ctx"].append([[mpmath.fdot(er, col) for col in vt] for er in e])
             unwrap = (lambda ms: ms) if cumulative else (lambda ms: ms[0])
             heads["A0"].append(a0)
@@ -102,11 +103,11 @@ def decoder_layer(lp: Any, x: list[Matrix], config: PLDRConfig, *, positions: li
             heads["E"].append(e)
         ctx = merge_heads(heads.pop("ctx"))
         attn_out = [affine(r, lp.wo, lp.bo) for r in ctx]
-        out1 = [layer_norm([u + w for u, w in zip(ra, rx)], lp.norm1.gamma, lp.norm1.beta, k.eps)
-                for ra, rx in zip(attn_out, xb)]
+        out1 = [layer_norm([u + w for u, w in zip(ra, rx, strict=True)], lp.norm1.gamma, lp.norm1.beta, k.eps)
+                for ra, rx in zip(attn_out, xb, strict=True)]
         ffn_out = [glu(r, lp.ffn.w1, lp.ffn.b1, lp.ffn.w2, lp.ffn.b2, lp.ffn.w3, lp.ffn.b3) for r in out1]
-        out2 = [layer_norm([u + w for u, w in zip(rf, r1)], lp.norm2.gamma, lp.norm2.beta, k.eps)
-                for rf, r1 in zip(ffn_out, out1)]
+        out2 = [layer_norm([u + w for u, w in zip(rf, r1, strict=True)], lp.norm2.gamma, lp.norm2.beta, k.eps)
+                for rf, r1 in zip(ffn_out, out1, strict=True)]
         for name, val in (("q", q), ("k", kk), ("v", v), ("q_rot", q_rot), ("k_rot", k_rot), ("ctx", ctx),
                           ("attn_out", attn_out), ("out1", out1), ("ffn_out", ffn_out), ("out2", out2)):
             t[name].append(val)

@@ -97,5 +97,6 @@ def forward(params: Params, token_ids: Any, *, dps: int = 50, start_pos: int = 0
     out = guarded(compute, dps) if guard else compute(dps)
     for name, arr in out.items():
         if not np.all(np.isfinite(arr)):
-            raise FloatingPointError(f"stage {name!r}: the exact value overflows float64 ({int(np.isinf(arr).sum())} inf)")
+            n_inf = int(np.isinf(arr).sum())
+            raise FloatingPointError(f"stage {name!r}: the exact value overflows float64 ({n_inf} inf)")
     return out

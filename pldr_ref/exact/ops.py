@@ -45,37 +45,38 @@ def affine(x: Vector, weight: Matrix, bias: Vector | None) -> Vector:
     """y_o = sum_i W[o][i] x_i + b_o (torch layout [out, in]); each y_o rounded once."""
     if bias is None:
         return [mpmath.fdot(row, x) for row in weight]
-    return [mpmath.fdot(row + [b], x + [ONE]) for row, b in zip(weight, bias)]
+    return [mpmath.fdot([*row, b], [*x, ONE]) for row, b in zip(weight, bias, strict=True)]
 
 
 def glu(x: Vector, w1: Matrix, b1: Vector | None, w2: Matrix, b2: Vector | None,
         w3: Matrix, b3: Vector | None) -> Vector:
     """GLU(z) = W3 (silu(W1 z + b1) * (W2 z + b2)) + b3 (spec §2.3)."""
     gate = [silu(u) for u in affine(x, w1, b1)]
-    hidden = [g * u for g, u in zip(gate, affine(x, w2, b2))]
+    hidden = [g * u for g, u in zip(gate, affine(x, w2, b2), strict=True)]
     return affine(hidden, w3, b3)
 
 
 def matmul(a: Matrix, b: Matrix) -> Matrix:
     """(A B)_{ij} = sum_k A_ik B_kj, each entry rounded once."""
-    cols = [list(col) for col in zip(*b)]
+    cols = [list(col) for col in zip(*b, strict=True)]
     return [[mpmath.fdot(row, col) for col in cols] for row in a]
 
 
 def matmul_add(a: Matrix, b: Matrix, c: Matrix) -> Matrix:
     """(A B + C)_{ij}, each entry rounded once (bias folded into the exact sum)."""
-    cols = [list(col) for col in zip(*b)]
-    return [[mpmath.fdot(row + [cij], col + [ONE]) for col, cij in zip(cols, crow)] for row, crow in zip(a, c)]
+    cols = [list(col) for col in zip(*b, strict=True)]
+    return [[mpmath.fdot([*row, cij], [*col, ONE]) for col, cij in zip(cols, crow, strict=True)]
+            for row, crow in zip(a, c, strict=True)]
 
 
 def vecmat(x: Vector, m: Matrix) -> Vector:
     """Row vector times matrix: (x M)_j = sum_i x_i M_ij."""
-    return [mpmath.fdot(x, list(col)) for col in zip(*m)]
+    return [mpmath.fdot(x, list(col)) for col in zip(*m, strict=True)]
 
 
 def transpose(m: Matrix) -> Matrix:
     """M^T."""
-    return [list(col) for col in zip(*m)]
+    return [list(col) for col in zip(*m, strict=True)]
 
 
 # ----------------------------------------------------------------------------- LayerNorm
@@ -90,7 +91,7 @@ def layer_norm(x: Vector, gamma: Vector, beta: Vector, eps: mpf) -> Vector:
     xc = [xi - mu for xi in x]
     var = mpmath.fdot(xc, xc) / n
     inv = ONE / mpmath.sqrt(var + eps)
-    return [mpmath.fdot([c * inv, b], [g, ONE]) for c, g, b in zip(xc, gamma, beta)]
+    return [mpmath.fdot([c * inv, b], [g, ONE]) for c, g, b in zip(xc, gamma, beta, strict=True)]
 
 
 # ----------------------------------------------------------------------------- softmax, masks

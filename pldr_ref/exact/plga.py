@@ -12,12 +12,12 @@ from typing import Any
 import mpmath
 from mpmath import mpf
 
-from pldr_ref.exact.ops import Matrix, glu, hadamard_power, iswiglu, layer_norm, matmul_add, affine
+from pldr_ref.exact.ops import Matrix, affine, glu, hadamard_power, iswiglu, layer_norm, matmul_add
 
 
 def density_operator(q_rot: Matrix) -> Matrix:
     """A0 = Q~^T Q~ = sum_s q~_s q~_s^T for Q~ [S, d_k] (paper eq. 3.2); symmetric by construction."""
-    cols = [list(c) for c in zip(*q_rot)]
+    cols = [list(c) for c in zip(*q_rot, strict=True)]
     n = len(cols)
     a0 = [[mpf(0)] * n for _ in range(n)]
     for i in range(n):
@@ -43,7 +43,7 @@ def residual_unit(a: Matrix, unit: Any, eps: mpf) -> Matrix:
         h = row
         for g in unit.glus:
             h = glu(h, *glu_params(g))
-        out.append(layer_norm([u + v for u, v in zip(h, row)], unit.norm.gamma, unit.norm.beta, eps))
+        out.append(layer_norm([u + v for u, v in zip(h, row, strict=True)], unit.norm.gamma, unit.norm.beta, eps))
     return out
 
 
@@ -79,7 +79,7 @@ def metric_tensor(a: Matrix, w: Matrix, b: Matrix, eps_adj: mpf) -> Matrix:
 
 def potential_tensor(a_lm: Matrix, p: Matrix) -> Matrix:
     """A_P = A_LM^(o P), elementwise real power (paper eq. 3.5)."""
-    return [[hadamard_power(x, y) for x, y in zip(xr, pr)] for xr, pr in zip(a_lm, p)]
+    return [[hadamard_power(x, y) for x, y in zip(xr, pr, strict=True)] for xr, pr in zip(a_lm, p, strict=True)]
 
 
 def energy_curvature(a_p: Matrix, a: Matrix, b_a: Matrix) -> Matrix:

@@ -72,11 +72,11 @@ def rotate(x: Vector, cos: Vector, sin: Vector, layout: str, precision: str) -> 
     if precision == "float32":
         r32 = round_to_float32
         x = [r32(v) for v in x]
-        for (a, b), c, s in zip(pair_indices(len(x), layout), cos, sin):
+        for (a, b), c, s in zip(pair_indices(len(x), layout), cos, sin, strict=True):
             y[a] = r32(r32(x[a] * c) - r32(x[b] * s))
             y[b] = r32(r32(x[b] * c) + r32(x[a] * s))
         return y
-    for (a, b), c, s in zip(pair_indices(len(x), layout), cos, sin):
+    for (a, b), c, s in zip(pair_indices(len(x), layout), cos, sin, strict=True):
         y[a] = mpmath.fdot([x[a], x[b]], [c, -s])
         y[b] = mpmath.fdot([x[b], x[a]], [c, s])
     return y

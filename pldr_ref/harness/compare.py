@@ -65,8 +65,9 @@ def ulp_distance(expected: np.ndarray, actual: np.ndarray, dtype: str) -> np.nda
     correctly ordered above), which is all a report needs.
     """
     np_dtype = numpy_dtype(dtype)
-    e = ordered_int(np.asarray(expected).astype(np_dtype), dtype)
-    a = ordered_int(np.asarray(actual).astype(np_dtype), dtype)
+    with np.errstate(over="ignore", invalid="ignore"):  # golden values beyond the dtype's range become inf
+        e = ordered_int(np.asarray(expected).astype(np_dtype), dtype)
+        a = ordered_int(np.asarray(actual).astype(np_dtype), dtype)
     hi = np.maximum(e, a)
     lo = np.minimum(e, a)
     # the true difference is below 2^64: unsigned wrap-around subtraction is exact
@@ -77,8 +78,9 @@ def ulp_distance(expected: np.ndarray, actual: np.ndarray, dtype: str) -> np.nda
 class TensorComparison:
     """Error statistics of one output tensor (see module docstring); JSON-able via :meth:`to_dict`.
 
-    ``allowed_abs`` is the per-element absolute allowance used to count ``mismatches`` (None:
-    exact equality).  ``error`` is set instead of statistics when shapes differ.
+    ``atol``, ``rtol`` give the per-element allowance |a - e| <= atol + rtol |e| used to count
+    ``mismatches`` (atol None: exact equality).  ``error`` is set instead of statistics when
+    shapes differ.
     """
 
     name: str
@@ -98,7 +100,8 @@ class TensorComparison:
     posinf_mismatches: int
     neginf_mismatches: int
     mismatches: int
-    allowed_abs: float | None
+    atol: float | None
+    rtol: float
     error: str | None = None
 
     @property
@@ -140,13 +143,14 @@ def compare_tensor(
     expected: np.ndarray,
     actual: np.ndarray,
     dtype: str,
-    allowed_abs: float | None = None,
+    atol: float | None = None,
+    rtol: float = 0.0,
 ) -> TensorComparison:
     """Compare ``actual`` (backend, in ``dtype``) with ``expected`` (golden float64).
 
     Errors are computed in float64 on the values as given (``actual`` widened exactly).
-    ``mismatches`` counts elements with |a - e| > ``allowed_abs`` (or a != e when None) plus
-    class mismatches; the worst index is that of the largest absolute error (first in C order).
+    ``mismatches`` counts elements with |a - e| > atol + rtol |e| (a != e when ``atol`` is None)
+    plus class mismatches; the worst index is that of the largest absolute error (first in C order).
     """
     numpy_dtype(dtype)
     e = np.asarray(expected, dtype=np.float64)
@@ -157,7 +161,7 @@ def compare_tensor(
     if e.shape != a.shape:
         return TensorComparison(
             name, dtype, tuple(e.shape), int(e.size), math.inf, math.inf, math.inf, math.inf, math.inf,
-            math.inf, None, None, None, 0, 0, 0, int(e.size), allowed_abs,
+            math.inf, None, None, None, 0, 0, 0, int(e.size), atol, rtol,
             error=f"shape {tuple(a.shape)} != expected {tuple(e.shape)}",
         )
     nan, pos, neg = _class_mismatches(e, a)
@@ -171,12 +175,17 @@ def compare_tensor(
     ref_abs = np.abs(e[np.isfinite(e)])
     if np.any(finite):
         fa, fr = abs_err[finite], rel_err[finite]
-        max_abs, median_abs = float(fa.max()), float(np.median(fa))
+        with np.errstate(over="ignore"):
+            max_abs, median_abs = float(fa.max()), float(np.median(fa))
         max_rel, median_rel = float(fr.max()), float(np.median(fr))
         max_ulp = float(ulps[finite].max())
     else:
         max_abs = median_abs = max_rel = median_rel = max_ulp = 0.0
-    over = abs_err > allowed_abs if allowed_abs is not None else (finite & (a != e))
+    if atol is not None:
+        with np.errstate(invalid="ignore", over="ignore"):
+            over = abs_err > atol + rtol * np.abs(np.where(finite, e, 0.0))
+    else:
+        over = finite & (a != e)
     mismatches = int(np.count_nonzero(over & finite)) + int(np.count_nonzero(~finite & ~same_class))
     worst = worst_e = worst_a = None
     if e.size:
@@ -191,5 +200,5 @@ def compare_tensor(
         ref_max_abs=float(ref_abs.max()) if ref_abs.size else 0.0,
         worst_index=worst, worst_expected=worst_e, worst_actual=worst_a,
         nan_mismatches=nan, posinf_mismatches=pos, neginf_mismatches=neg,
-        mismatches=mismatches, allowed_abs=allowed_abs,
+        mismatches=mismatches, atol=atol, rtol=rtol,
     )

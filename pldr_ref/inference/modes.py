@@ -206,6 +206,9 @@ def params_with_external_g(params: Params, path: str | os.PathLike[str] | None =
 
     Needs ``g_mode`` in {identity, random, external}; see :func:`pldr_ref.params.with_fixed_g`.
     """
+    if params.config.uses_plga_params:
+        raise ValueError(f"an external G needs g_mode in (identity, random, external), config has "
+                         f"g_mode={params.config.g_mode!r}")
     g = load_external_g(default_external_g_path() if path is None else path, params.config)
     return with_fixed_g(params, g)
 
@@ -219,3 +222,31 @@ def external_g_config(**overrides: object) -> PLDRConfig:
     )
     fields.update(overrides)
     return PLDRConfig(**fields)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- teacher forcing
+def teacher_forced_logits(
+    params: Params, prompt_ids: np.ndarray, continuation: np.ndarray, mode: str | InferenceMode
+) -> np.ndarray:
+    """Final-row logits [B, n, V] of the decoding loop of ``mode`` forced through ``continuation`` [B, n]:
+    row j is the conditional after prompt + continuation[:, :j] (one token per call, as native decoding)."""
+    cont = np.asarray(continuation)
+    if cont.ndim != 2 or cont.shape[0] != np.shape(prompt_ids)[0] or cont.shape[1] == 0:
+        raise ValueError(f"continuation must be [B, n>=1] with the prompt's B, got shape {cont.shape}")
+    step, state = prefill(params, prompt_ids, mode)
+    rows = [step.logits[:, -1]]
+    for j in range(cont.shape[1] - 1):  # sequential: each call appends one token
+        logits, _, state = advance(params, state, cont[:, j : j + 1], mode)
+        rows.append(logits[:, -1])
+    return np.stack(rows, axis=1)
+
+
+def cache_gap(
+    params: Params, prompt_ids: np.ndarray, continuation: np.ndarray, mode: str | InferenceMode = "kv+g"
+) -> float:
+    """Relative logit gap max|cached - recomputed| / max|recomputed| between ``mode`` and full prefix
+    recomputation (native ``"none"``) on the same forced continuation (Proposition 5.2(i) measured)."""
+    cached = teacher_forced_logits(params, prompt_ids, continuation, mode)
+    full = teacher_forced_logits(params, prompt_ids, continuation, "none")
+    gap = float(np.max(np.abs(cached - full)))
+    return 0.0 if gap == 0.0 else gap / float(np.max(np.abs(full)))

@@ -23,7 +23,7 @@ import numpy as np
 
 from pldr_ref.constants import HF_IGNORE_INDEX, PAD_ID
 from pldr_ref.inference.generation import GenerationResult, SamplingConfig, generate, log_softmax
-from pldr_ref.inference.modes import InferenceMode, advance, prefill
+from pldr_ref.inference.modes import InferenceMode, teacher_forced_logits
 from pldr_ref.model import forward
 from pldr_ref.params import Params
 
@@ -192,16 +192,8 @@ def prompt_frozen_scores(
     prompt_ids [B, T], continuation [B, n].  The continuation is fed one token per call, as the
     native cached step does.  Returns log-probabilities [B, n].
     """
-    ids = _as_batch(prompt_ids, 1)
     cont = _as_batch(continuation, 1)
-    if cont.shape[0] != ids.shape[0]:
-        raise ValueError(f"continuation batch {cont.shape[0]} differs from prompt batch {ids.shape[0]}")
-    step, state = prefill(params, ids, mode)
-    rows = [step.logits[:, -1]]
-    for j in range(cont.shape[1] - 1):  # sequential: each call appends one token to the caches
-        logits, _, state = advance(params, state, cont[:, j : j + 1], mode)
-        rows.append(logits[:, -1])
-    lp = log_softmax(np.stack(rows, axis=1))
+    lp = log_softmax(teacher_forced_logits(params, _as_batch(prompt_ids, 1), cont, mode))
     return np.take_along_axis(lp, cont[..., None], axis=-1)[..., 0]
 
 

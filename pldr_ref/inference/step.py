@@ -140,10 +140,7 @@ def cached_forward(
         check_finite("logits", logits)
     out = ForwardOutput(c, positions, x_embed, x0, tuple(traces), logits)
     all_padding = key_padding if kv_cache is None else np.concatenate([kv_cache.key_padding, key_padding], axis=1)
-    if t0 > 0 and kv_cache is None:
-        # a cache-less call at start_pos > 0 has no keys for 0..start_pos-1: its KV cache would lie about positions
-        new_kv = None
-    else:
-        new_kv = kv_cache_from_output(out, all_padding)
+    # a cache-less call at start_pos > 0 has no keys for 0..start_pos-1: its KV cache would lie about positions
+    new_kv = None if t0 > 0 and kv_cache is None else kv_cache_from_output(out, all_padding)
     new_g = None if cumulative else (g_cache if g_cache is not None else g_cache_from_output(out))
     return StepOutput(out, new_kv, new_g)

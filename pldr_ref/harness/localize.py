@@ -1,0 +1,264 @@
+"""Stage localization: run every stage of the forward chain in isolation from golden upstream values
+and find the first one that fails.
+
+For a model (``forward``) or layer (``decoder_layer``) case the golden trace holds every
+intermediate, so each stage of ``pldr_ref.stages.FORWARD_STAGES`` can be fed exactly the golden
+values it would see in a perfect run (``STAGE_INPUTS``) and judged on its own outputs.  A wrong
+equation then shows up at its own stage and nowhere earlier, whatever it does downstream.
+Stages are walked in forward order (embedding, input_norm, the layer stages of layer 0, of layer
+1, ..., lm_head); :func:`first_failure` picks the first failing one.  Stages a backend does not
+declare are reported as unsupported.  Cached-step quirks of layer cases (past keys and values,
+frozen A, frozen G) are honoured: a stage whose golden output is a frozen input is not run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pldr_ref.attention import causal_padding_mask
+from pldr_ref.harness.compare import TensorComparison, compare_tensor
+from pldr_ref.harness.protocol import StageRequest, Unsupported
+from pldr_ref.harness.stage_reference import reference_stage
+from pldr_ref.harness.tolerance import (
+    Allowance,
+    baseline_allowance,
+    float64_allowance,
+    inner_dimension,
+    naive_error,
+    round_to,
+)
+from pldr_ref.layer import LAYER_STAGES
+from pldr_ref.params import Params
+from pldr_ref.stages import FORWARD_STAGES
+
+#: Upstream golden values each stage is guaranteed to receive (leaf names; ``mask`` is added when
+#: the case has one, ``gram_offset`` for a cumulative Gram with cached rows).
+STAGE_INPUTS: dict[str, tuple[str, ...]] = {
+    "embedding": ("token_ids",),
+    "input_norm": ("embed",),
+    "qkv_projection": ("x",),
+    "rope": ("q", "k", "positions"),
+    "density_operator": ("q_rot",),
+    "metric_learner": ("A0",),
+    "metric_tensor": ("A",),
+    "potential_tensor": ("A_LM",),
+    "energy_curvature": ("A_P",),
+    "attention_scores": ("q_rot", "G_LM", "k_rot"),
+    "masked_softmax": ("scores",),
+    "value_mix": ("E", "v"),
+    "output_projection": ("ctx",),
+    "post_attention_norm": ("attn_out", "x"),
+    "ffn": ("out1",),
+    "post_ffn_norm": ("ffn_out", "out1"),
+    "lm_head": ("hidden",),
+}
+
+#: Stages skipped when a layer case freezes their output through a cache input.
+FROZEN_BY = {"frozen_G_LM": ("metric_tensor", "potential_tensor", "energy_curvature"),
+             "frozen_A": ("density_operator", "metric_learner")}
+
+#: Per-layer stage outputs that cover all T keys (cached ones first): only the new rows are computed.
+KEY_AXIS_OUTPUTS = ("k_rot", "v")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputResult:
+    """Verdict on one tensor: status in {pass, fail, not_applicable, missing, not_produced}."""
+
+    name: str
+    stage: str | None
+    status: str
+    comparison: TensorComparison | None
+    allowance: Allowance | None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {"name": self.name, "stage": self.stage, "status": self.status,
+                "comparison": None if self.comparison is None else self.comparison.to_dict(),
+                "allowance": None if self.allowance is None else self.allowance.to_dict(), "note": self.note}
+
+
+@dataclasses.dataclass(frozen=True)
+class StageResult:
+    """Verdict on one isolated stage: status in {pass, fail, unsupported, error, not_applicable}."""
+
+    stage: str
+    layer: int | None
+    status: str
+    outputs: tuple[OutputResult, ...]
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        """``stage`` or ``layers.{l}.stage``."""
+        return self.stage if self.layer is None else f"layers.{self.layer}.{self.stage}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {"stage": self.stage, "layer": self.layer, "status": self.status, "note": self.note,
+                "outputs": [o.to_dict() for o in self.outputs]}
+
+
+def judge(name: str, stage: str | None, expected: np.ndarray, actual: np.ndarray, dtype: str,
+          allowance: Allowance) -> OutputResult:
+    """Compare and apply ``allowance``: pass iff no element exceeds it and no NaN/inf class differs."""
+    if allowance.judged:
+        cmp = compare_tensor(name, expected, actual, dtype, allowance.atol, allowance.rtol)
+        status = "pass" if cmp.mismatches == 0 and cmp.error is None else "fail"
+        return OutputResult(name, stage, status, cmp, allowance)
+    cmp = compare_tensor(name, expected, actual, dtype)
+    return OutputResult(name, stage, "not_applicable", cmp, allowance, note=allowance.reason)
+
+
+def layer_upstream(case: Any, layer: int, prefix: str = "") -> dict[str, np.ndarray]:
+    """Golden trace entries of ``layer`` by leaf name, plus positions, mask and cache inputs."""
+    head = f"{prefix}layers.{layer}."
+    up = {k[len(head):]: v for k, v in case.outputs.items() if k.startswith(head) and "." not in k[len(head):]}
+    if case.kind == "decoder_layer":
+        for name in ("positions", "mask", "gram_offset"):
+            if name in case.inputs:
+                up[name] = case.inputs[name]
+    else:
+        up.update(model_positions_and_mask(case))
+    return up
+
+
+def model_positions_and_mask(case: Any) -> dict[str, np.ndarray]:
+    """positions and mask of a ``forward`` case, as :func:`pldr_ref.model.forward` builds them."""
+    ids = np.asarray(case.inputs["token_ids"])
+    start = int(case.args.get("start_pos", 0))
+    positions = np.arange(start, start + ids.shape[1])
+    if "attention_mask" in case.inputs:
+        pad = np.asarray(case.inputs["attention_mask"]) == 0
+    elif bool(case.args.get("pad_masking", True)):
+        pad = ids == case.config.pad_id
+    else:
+        pad = None
+    return {"positions": positions, "mask": causal_padding_mask(positions, positions, pad)}
+
+
+def stage_plan(case: Any) -> list[tuple[str, int | None, dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """(stage, layer, upstream inputs, golden outputs by leaf name) for every isolatable stage, in order."""
+    plan: list[tuple[str, int | None, dict[str, np.ndarray], dict[str, np.ndarray]]] = []
+    g = case.outputs
+    if case.kind == "forward":
+        if "embed" in g:
+            plan.append(("embedding", None, {"token_ids": case.inputs["token_ids"]}, {"embed": g["embed"]}))
+        if "embed" in g and "x0" in g:
+            plan.append(("input_norm", None, {"embed": g["embed"]}, {"x0": g["x0"]}))
+        layers = range(case.config.num_layers)
+    elif case.kind == "decoder_layer":
+        layers = [int(case.args["layer"])]
+    else:
+        return plan
+    frozen = {s for key, stages in FROZEN_BY.items() if key in case.inputs for s in stages}
+    for li in layers:
+        up = layer_upstream(case, li)
+        s_new = up["q"].shape[2] if "q" in up else None
+        for st in FORWARD_STAGES:
+            if not st.per_layer or st.name in frozen:
+                continue
+            if not all(o in up for o in st.outputs) or not all(n in up for n in STAGE_INPUTS[st.name]):
+                continue
+            inputs = {k: v for k, v in up.items() if _is_upstream(k, st.name)}
+            golden = {}
+            for o in st.outputs:
+                val = up[o]
+                if o in KEY_AXIS_OUTPUTS and s_new is not None:
+                    val = val[:, :, val.shape[2] - s_new:]
+                golden[o] = val
+            plan.append((st.name, li, inputs, golden))
+    last = f"layers.{case.config.num_layers - 1}.out2"
+    if case.kind == "forward" and last in g and "logits" in g:
+        plan.append(("lm_head", None, {"hidden": g[last]}, {"logits": g["logits"]}))
+    return plan
+
+
+def _is_upstream(name: str, stage: str) -> bool:
+    """True if trace entry ``name`` precedes ``stage`` (or is a non-trace input such as the mask)."""
+    if name not in LAYER_STAGES:
+        return True
+    stage_outputs = next(s.outputs for s in FORWARD_STAGES if s.name == stage)
+    first = min(LAYER_STAGES.index(o) for o in stage_outputs)
+    return LAYER_STAGES.index(name) < first
+
+
+def _rounded_params(params: Params, dtype: str, cache: dict) -> Params:
+    key = (id(params), dtype)
+    if key not in cache:
+        cache[key] = (params, Params(params.config, {k: round_to(dtype, v) for k, v in params.items()}))
+    return cache[key][1]
+
+
+def stage_allowance(case: Any, stage: str, layer: int | None, leaf: str, inputs: Mapping[str, np.ndarray],
+                    golden: np.ndarray, dtype: str, params_cache: dict,
+                    naive: Mapping[str, np.ndarray] | None) -> Allowance:
+    """float64: the case tolerance of the trace entry; lower dtypes: k x (naive isolated-stage error) + floor."""
+    full = leaf if layer is None else f"layers.{layer}.{leaf}"
+    if dtype == "float64":
+        return float64_allowance(case, full)
+    base = None if naive is None or leaf not in naive else naive_error(golden, round_to(dtype, naive[leaf]))
+    return baseline_allowance(dtype, golden, base, inner_dimension(case), source="isolated stage (naive run)")
+
+
+def naive_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str, np.ndarray], dtype: str,
+                params_cache: dict) -> dict[str, np.ndarray] | None:
+    """The float64 reference stage on dtype-rounded inputs and parameters (None if it cannot run)."""
+    rounded = {k: round_to(dtype, v) for k, v in inputs.items()}
+    try:
+        return reference_stage(stage, layer, case.config, _rounded_params(case.params, dtype, params_cache), rounded)
+    except (ValueError, FloatingPointError, OverflowError):
+        return None
+
+
+def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
+    """Run every isolatable stage of ``case`` on ``backend`` from golden upstream values (forward order)."""
+    plan = stage_plan(case)
+    if not plan:
+        return []
+    declared = set(backend.capabilities().stages)
+    if not declared:
+        return [StageResult("*", None, "unsupported", (), note="the backend declares no isolated stages")]
+    results: list[StageResult] = []
+    params_cache: dict = {}
+    for stage, layer, inputs, golden in plan:
+        if stage not in declared:
+            results.append(StageResult(stage, layer, "unsupported", (), note="stage not declared by the backend"))
+            continue
+        req = StageRequest(stage, layer, case.config, case.params, dtype, dict(inputs))
+        try:
+            got = backend.run_stage(req)
+        except Unsupported as exc:
+            results.append(StageResult(stage, layer, "unsupported", (), note=str(exc)))
+            continue
+        except Exception as exc:  # a crash of the backend is a verdict, not a harness error
+            results.append(StageResult(stage, layer, "error", (), note=f"{type(exc).__name__}: {exc}"))
+            continue
+        naive = None if dtype == "float64" else naive_stage(case, stage, layer, inputs, dtype, params_cache)
+        outs = []
+        for leaf, want in golden.items():
+            full = leaf if layer is None else f"layers.{layer}.{leaf}"
+            if leaf not in got:
+                outs.append(OutputResult(full, stage, "missing", None, None, note="not returned by run_stage"))
+                continue
+            allow = stage_allowance(case, stage, layer, leaf, inputs, want, dtype, params_cache, naive)
+            outs.append(judge(full, stage, want, got[leaf], dtype, allow))
+        statuses = {o.status for o in outs}
+        if statuses & {"fail", "missing"}:
+            status = "fail"
+        elif "pass" in statuses:
+            status = "pass"
+        else:
+            status = "not_applicable"
+        results.append(StageResult(stage, layer, status, tuple(outs)))
+    return results
+
+
+def first_failing_stage(stages: list[StageResult]) -> StageResult | None:
+    """The first stage (forward order) whose isolated run failed or crashed."""
+    return next((s for s in stages if s.status in ("fail", "error")), None)

@@ -1,0 +1,112 @@
+"""Contraction.lean: diam((g o f)(S)) <= K_g K_f diam(S) and diam(f^N(S)) <= K^N diam(S) (paper Prop. 5.12(i)),
+on finite point clouds with maps built from the real row-map operators: ``pldr_ref.glu.linear`` (K = ||W||_2)
+and ``pldr_ref.norms.layer_norm`` on variance-floored rows (K = ||gamma||_inf / sqrt(v0 + eps), Lem. 5.11(iv))."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from pldr_ref.constants import EPS_LN
+from pldr_ref.glu import linear
+from pldr_ref.norms import layer_norm
+from proofs_check.profiles import expect_counterexample, run_property
+from proofs_check.registry import HYPOTHESIS, THEOREM, Check
+from proofs_check.rounding import gamma
+from proofs_check.strategies import seeds
+
+
+def diameter(points: np.ndarray) -> float:
+    """max pairwise Euclidean distance of the rows of ``points`` [n, dim]."""
+    diff = points[:, None, :] - points[None, :, :]
+    return float(np.sqrt(np.max(np.sum(diff * diff, axis=-1))))
+
+
+def ln_lipschitz(rows: np.ndarray, gain: np.ndarray, eps: float = EPS_LN) -> float:
+    """||gamma||_inf / sqrt(v0 + eps) with v0 the smallest row variance of the cloud (Lemma 5.11(iv))."""
+    v0 = float(np.min(np.var(rows, axis=-1)))
+    return float(np.abs(gain).max() / np.sqrt(v0 + eps))
+
+
+def _cloud(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
+    return rng.normal(size=(n, dim)) * rng.uniform(0.1, 3.0)
+
+
+def comp_run(profile: str) -> str:
+    """g o f with f = linear(W1, b1) (K_f = ||W1||_2) and g = layer_norm (K_g from the floored variance of f(S)),
+    and with g = linear(W2, b2): diam(g(f(S))) <= K_g K_f diam(S) (1 + 4 gamma(dim+2))."""
+
+    def prop(seed: int, n: int, dim: int) -> None:
+        rng = np.random.default_rng(seed)
+        s = _cloud(rng, n, dim)
+        w1, b1 = rng.normal(size=(dim, dim)), rng.normal(size=dim)
+        w2, b2 = rng.normal(size=(dim, dim)), rng.normal(size=dim)
+        gain, shift = rng.normal(size=dim), rng.normal(size=dim)
+        fs = linear(s, w1, b1)
+        k_f = np.linalg.norm(w1, 2)
+        slack = 1 + 4 * gamma(dim + 2)
+        g_ln = layer_norm(fs, gain, shift, EPS_LN)
+        assert diameter(g_ln) <= ln_lipschitz(fs, gain) * k_f * diameter(s) * slack + 1e-12
+        g_lin = linear(fs, w2, b2)
+        assert diameter(g_lin) <= np.linalg.norm(w2, 2) * k_f * diameter(s) * slack + 1e-12
+
+    return run_property(profile, prop, seeds(), st.integers(2, 12), st.integers(2, 8))
+
+
+def comp_control(profile: str) -> str:
+    """Leaving out K_f (the first map's Lipschitz factor) breaks the bound once f expands."""
+
+    def prop(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        s = _cloud(rng, 6, 4)
+        w1, w2 = 3 * rng.normal(size=(4, 4)), rng.normal(size=(4, 4))
+        out = linear(linear(s, w1), w2)
+        assert diameter(out) <= np.linalg.norm(w2, 2) * diameter(s), "diameter exceeds K_g diam(S)"
+
+    return expect_counterexample(profile, prop, seeds())
+
+
+def iterate_run(profile: str) -> str:
+    """f = linear(W, b) with ||W||_2 = K in (0.2, 1.2): diam(f^N(S)) <= K^N diam(S) (1 + 4 N gamma(dim+2))."""
+
+    def prop(seed: int, n_iter: int, dim: int) -> None:
+        rng = np.random.default_rng(seed)
+        w = rng.normal(size=(dim, dim))
+        w *= rng.uniform(0.2, 1.2) / np.linalg.norm(w, 2)
+        b = rng.normal(size=dim)
+        k = np.linalg.norm(w, 2)
+        s = _cloud(rng, 8, dim)
+        x = s
+        for _ in range(n_iter):  # the iterate f^[N] is sequential by definition
+            x = linear(x, w, b)
+        bound = k**n_iter * diameter(s) * (1 + 4 * (n_iter + 1) * gamma(dim + 2))
+        assert diameter(x) <= bound + 1e-13 * diameter(s)
+
+    return run_property(profile, prop, seeds(), st.integers(0, 12), st.integers(1, 6))
+
+
+def iterate_control(profile: str) -> str:
+    """The spectral radius rho(W) < ||W||_2 of a non-normal W is not a Lipschitz constant: diam(f^N(S)) exceeds
+    rho^N diam(S)."""
+
+    def prop(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        w = np.array([[0.5, 4.0], [0.0, 0.5]])
+        s = _cloud(rng, 8, 2)
+        x = s
+        for _ in range(2):
+            x = linear(x, w)
+        rho = float(np.max(np.abs(np.linalg.eigvals(w))))
+        assert diameter(x) <= rho**2 * diameter(s), "exceeds rho^N diam"
+
+    return expect_counterexample(profile, prop, seeds())
+
+
+_EX = ("pldr_ref.glu.linear", "pldr_ref.norms.layer_norm")
+CHECKS = (
+    Check("diam_comp_le", ("diam_comp_le",), "Prop. 5.12(i)", THEOREM, (HYPOTHESIS,), _EX, comp_run, comp_control,
+          slack="relative 4 gamma(dim+2) + 1e-12", dropped="the Lipschitz factor of the inner map"),
+    Check("diam_iterate_le", ("diam_iterate_le",), "Prop. 5.12(i)", THEOREM, (HYPOTHESIS,), ("pldr_ref.glu.linear",),
+          iterate_run, iterate_control, slack="relative 4(N+1) gamma(dim+2)",
+          dropped="K is a Lipschitz constant (spectral radius instead)"),
+)

@@ -1,0 +1,383 @@
+"""OnlineContract.lean: the online generation contract, prefix consistency (Def. 4.8) and the two toy decoders
+(paper Rem. 4.7, Def. 4.8, Rem. 4.9(i)).
+
+The Lean definitions are mirrored literally on Python lists (``None`` for an out-of-range row) and checked with
+hypothesis over integer lists and arbitrary pure row functions.  The numerical mirror uses the real pldr_ref
+decoder: with ``gram_mode="cumulative"`` (paper eq. 4.16) it is a row-map decoder, so its one-pass block rows
+equal the online final-row calls (``pldr_ref.inference.scoring.prefix_final_row_logits``); with the released
+global Gram it plays the role of ``globalSumDecoder`` and violates prefix consistency.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from pldr_ref.inference.scoring import prefix_final_row_logits
+from pldr_ref.model import forward
+from proofs_check.models import tiny_params, token_batch
+from proofs_check.profiles import expect_violation, run_property
+from proofs_check.registry import EXACT_FLOAT, PURE_PYTHON, THEOREM, Check
+
+Decoder = Callable[[Sequence[Any]], list[Any]]
+
+#: Relative tolerance between block rows and online calls of the row-local model (observed bitwise equal; the
+#: slack only admits a BLAS that reduces the two call shapes differently).
+ROW_LOCAL_RTOL = 1e-12
+
+
+# ---------------------------------------------------------------- literal mirrors of the Lean definitions
+
+
+def get(rows: Sequence[Any], r: int) -> Any:
+    """rows[r]? : the row, or None out of range."""
+    return rows[r] if 0 <= r < len(rows) else None
+
+
+def online_out(f: Decoder, x: Sequence[Any], t: int) -> Any:
+    """onlineOut F x t = (F (x.take t)).getLast?"""
+    out = f(list(x[:t]))
+    return out[-1] if out else None
+
+
+def prefix_consistent_on(f: Decoder, x: Sequence[Any]) -> bool:
+    """For all r < |x|: (F x)[r]? = (F (x.take (r+1)))[r]?"""
+    full = f(list(x))
+    return all(get(full, r) == get(f(list(x[: r + 1])), r) for r in range(len(x)))
+
+
+def length_preserving_on(f: Decoder, x: Sequence[Any]) -> bool:
+    """|F x| = |x|."""
+    return len(f(list(x))) == len(x)
+
+
+def shaped_on(f: Decoder, x: Sequence[Any]) -> bool:
+    """PrefixConsistentShaped F at x: LengthPreserving and PrefixConsistent."""
+    return length_preserving_on(f, x) and prefix_consistent_on(f, x)
+
+
+def row_local_on(f: Decoder, x: Sequence[Any], y: Sequence[Any]) -> bool:
+    """For all r: x.take(r+1) = y.take(r+1) => (F x)[r]? = (F y)[r]?"""
+    fx, fy = f(list(x)), f(list(y))
+    n = max(len(x), len(y)) + 1
+    return all(get(fx, r) == get(fy, r) for r in range(n) if list(x[: r + 1]) == list(y[: r + 1]))
+
+
+def row_map_decoder(fn: Callable[[tuple[Any, ...]], Any]) -> Decoder:
+    """rowMapDecoder f x = [f (x.take (r+1)) for r < |x|]."""
+    return lambda x: [fn(tuple(x[: r + 1])) for r in range(len(x))]
+
+
+def global_sum_decoder(x: Sequence[int]) -> list[int]:
+    """globalSumDecoder x = [a + sum x for a in x]."""
+    total = sum(x)
+    return [a + total for a in x]
+
+
+def const_nil(x: Sequence[Any]) -> list[Any]:
+    """F = []."""
+    return []
+
+
+# ---------------------------------------------------------------- the real decoder as a list function
+
+
+@functools.lru_cache(maxsize=2)
+def _model(gram_mode: str):
+    return tiny_params(0, gram_mode=gram_mode)
+
+
+def model_decoder(gram_mode: str) -> Decoder:
+    """x (token ids) -> list of logit rows (tuples) of one forward call of the tiny pldr_ref model."""
+    params = _model(gram_mode)
+
+    def decode(x: Sequence[int]) -> list[tuple[float, ...]]:
+        if not x:
+            return []
+        return [tuple(row) for row in forward(params, np.asarray(x)[None]).logits[0]]
+
+    return decode
+
+
+def block_vs_online(gram_mode: str, seed: int, length: int) -> tuple[float, bool]:
+    """(max relative gap, bitwise) between block rows and online final-row calls of the real model."""
+    params = _model(gram_mode)
+    ids = token_batch(seed, 2, length, params.config.vocab_size)
+    block = forward(params, ids).logits
+    online = prefix_final_row_logits(params, ids)
+    return float(np.abs(block - online).max() / np.abs(block).max()), bool(np.array_equal(block, online))
+
+
+INT_LISTS = st.lists(st.integers(-20, 20), max_size=8)
+ROW_FNS = st.functions(like=lambda prefix: 0, returns=st.integers(-5, 5), pure=True)
+TOKENS = st.lists(st.integers(1, 63), min_size=1, max_size=6)
+
+
+def _with_common_prefix(x: list[int], tail: list[int], cut: int) -> list[int]:
+    """A y with y.take(cut) = x.take(cut): x's first ``cut`` entries followed by ``tail`` (y = x if cut >= |x|)."""
+    return list(x) if cut >= len(x) else list(x[:cut]) + list(tail)
+
+
+# ---------------------------------------------------------------- checks
+
+
+def online_causal_run(profile: str) -> str:
+    """x.take t = y.take t => onlineOut F x t = onlineOut F y t for row maps, globalSum, [] and the real
+    (global-Gram) pldr_ref model (bitwise: the step-t call receives identical inputs)."""
+    real = model_decoder("global")
+
+    def prop(fn, x: list[int], tail: list[int], t: int, tokens: list[int], tok_tail: list[int]) -> None:
+        y = _with_common_prefix(x, tail, t)
+        for f in (row_map_decoder(fn), global_sum_decoder, const_nil):
+            assert online_out(f, x, t) == online_out(f, y, t)
+        ty = _with_common_prefix(tokens, tok_tail, t)
+        assert online_out(real, tokens, t) == online_out(real, ty, t)
+
+    return run_property(profile, prop, ROW_FNS, INT_LISTS, INT_LISTS, st.integers(0, 9), TOKENS,
+                        st.lists(st.integers(1, 63), max_size=3))
+
+
+def online_causal_control(profile: str) -> str:
+    """Reading row t-1 of a block call on the whole sequence (not the online interface): the global-Gram model's
+    row depends on tokens after t."""
+    real = model_decoder("global")
+    x, y = [5, 9, 11, 3], [5, 9, 40, 41]
+    return expect_violation(real(x)[1] != real(y)[1], "block row 1 differs although x, y agree on 2 tokens")
+
+
+def shaped_get_run(profile: str) -> str:
+    """PrefixConsistentShaped F, r < |x| => (F x)[r] = (F (x.take (r+1)))[r] (total rows), for row maps and the
+    real cumulative-Gram model."""
+    real = model_decoder("cumulative")
+
+    def prop(fn, x: list[int], tokens: list[int]) -> None:
+        f = row_map_decoder(fn)
+        assert shaped_on(f, x)
+        assert all(f(x)[r] == f(x[: r + 1])[r] for r in range(len(x)))
+        full = real(tokens)
+        assert all(np.allclose(full[r], real(tokens[: r + 1])[r], rtol=ROW_LOCAL_RTOL, atol=0)
+                   for r in range(len(tokens)))
+
+    return run_property(profile, prop, ROW_FNS, INT_LISTS, TOKENS)
+
+
+def global_sum_violation(profile: str) -> str:
+    """globalSumDecoder at x = [0, 1], r = 0: full row 0 = 1, prefix row 0 = 0 (not prefix consistent)."""
+    x = [0, 1]
+    return expect_violation(global_sum_decoder(x)[0] != global_sum_decoder(x[:1])[0], "row 0: 1 vs 0")
+
+
+def const_nil_pc_run(profile: str) -> str:
+    """F = [] satisfies PrefixConsistent vacuously (both sides None)."""
+
+    def prop(x: list[int]) -> None:
+        assert prefix_consistent_on(const_nil, x)
+
+    return run_property(profile, prop, INT_LISTS)
+
+
+def const_nil_pc_control(profile: str) -> str:
+    """A non-empty output reading the whole input (F x = [|x|]) is not prefix consistent."""
+    f = lambda x: [len(x)]  # noqa: E731
+    return expect_violation(not prefix_consistent_on(f, [1, 2]), "[|x|] at x = [1, 2]")
+
+
+def const_nil_not_shaped_run(profile: str) -> str:
+    """F = [] is not PrefixConsistentShaped: LengthPreserving fails at every nonempty x."""
+
+    def prop(x: list[int]) -> None:
+        assert not shaped_on(const_nil, x + [0])
+
+    return run_property(profile, prop, INT_LISTS)
+
+
+def row_map_is_shaped(profile: str) -> str:
+    """Dropping F = [] (a row-map decoder instead): the decoder is shaped, so 'not shaped' fails."""
+    f = row_map_decoder(lambda p: sum(p) % 3)
+    return expect_violation(shaped_on(f, [1, 2, 3]), "rowMapDecoder is PrefixConsistentShaped")
+
+
+def pc_of_row_local_run(profile: str) -> str:
+    """RowLocal F => PrefixConsistent F: row maps (row locality checked on pairs with a common prefix) and the
+    real cumulative-Gram model."""
+    real = model_decoder("cumulative")
+
+    def prop(fn, x: list[int], tail: list[int], cut: int, tokens: list[int]) -> None:
+        f = row_map_decoder(fn)
+        y = _with_common_prefix(x, tail, cut)
+        assert row_local_on(f, x, y) and prefix_consistent_on(f, x)
+        gap, _ = block_vs_online("cumulative", len(tokens), len(tokens))
+        assert gap <= ROW_LOCAL_RTOL
+        assert all(np.allclose(real(tokens)[r], real(tokens[: r + 1])[r], rtol=ROW_LOCAL_RTOL, atol=0)
+                   for r in range(len(tokens)))
+
+    return run_property(profile, prop, ROW_FNS, INT_LISTS, INT_LISTS, st.integers(0, 9), TOKENS)
+
+
+def global_model_violation(profile: str) -> str:
+    """The released global-Gram model (not row-local): block rows differ from online calls (Rem. 4.9(i))."""
+    gap, _ = block_vs_online("global", 0, 6)
+    return expect_violation(gap > 1e-6, f"block vs online relative gap {gap:.3f}")
+
+
+def shaped_of_row_local_run(profile: str) -> str:
+    """LengthPreserving F and RowLocal F => PrefixConsistentShaped F (row maps; real cumulative model rows)."""
+
+    def prop(fn, x: list[int], tail: list[int], cut: int) -> None:
+        f = row_map_decoder(fn)
+        y = _with_common_prefix(x, tail, cut)
+        assert row_local_on(f, x, y) and length_preserving_on(f, x) and shaped_on(f, x)
+
+    detail = run_property(profile, prop, ROW_FNS, INT_LISTS, INT_LISTS, st.integers(0, 9))
+    gap, bitwise = block_vs_online("cumulative", 11, 6)
+    assert gap <= ROW_LOCAL_RTOL
+    return detail + f"; real cumulative model block == online ({'bitwise' if bitwise else f'gap {gap:.1e}'})"
+
+
+def const_nil_row_local_control(profile: str) -> str:
+    """Dropping LengthPreserving: F = [] is RowLocal but not shaped."""
+    ok = row_local_on(const_nil, [1, 2], [1, 3]) and not shaped_on(const_nil, [1, 2])
+    return expect_violation(ok, "[] is RowLocal but not PrefixConsistentShaped")
+
+
+def row_map_row_local_run(profile: str) -> str:
+    """RowLocal (rowMapDecoder f) for arbitrary pure f."""
+
+    def prop(fn, x: list[int], tail: list[int], cut: int) -> None:
+        assert row_local_on(row_map_decoder(fn), x, _with_common_prefix(x, tail, cut))
+
+    return run_property(profile, prop, ROW_FNS, INT_LISTS, INT_LISTS, st.integers(0, 9))
+
+
+def global_sum_not_row_local(profile: str) -> str:
+    """globalSumDecoder is not row local: x = [0, 1], y = [0, 2] agree on row 0 but row 0 differs."""
+    return expect_violation(not row_local_on(global_sum_decoder, [0, 1], [0, 2]), "row 0: 1 vs 2")
+
+
+def row_map_length_run(profile: str) -> str:
+    """|rowMapDecoder f x| = |x|; the real model returns one row per token."""
+    real = model_decoder("cumulative")
+
+    def prop(fn, x: list[int], tokens: list[int]) -> None:
+        assert length_preserving_on(row_map_decoder(fn), x) and length_preserving_on(real, tokens)
+
+    return run_property(profile, prop, ROW_FNS, INT_LISTS, TOKENS)
+
+
+def const_nil_length_control(profile: str) -> str:
+    """F = [] (no row per token) is not length preserving."""
+    return expect_violation(not length_preserving_on(const_nil, [1]), "|[]| = 0 != 1")
+
+
+def row_map_pc_run(profile: str) -> str:
+    """PrefixConsistent (rowMapDecoder f); numerically: the cumulative-Gram model."""
+    real = model_decoder("cumulative")
+
+    def prop(fn, x: list[int], tokens: list[int]) -> None:
+        assert prefix_consistent_on(row_map_decoder(fn), x)
+        full = real(tokens)
+        assert np.allclose(full[-1], real(tokens)[-1]) and all(
+            np.allclose(full[r], real(tokens[: r + 1])[r], rtol=ROW_LOCAL_RTOL, atol=0) for r in range(len(tokens)))
+
+    return run_property(profile, prop, ROW_FNS, INT_LISTS, TOKENS)
+
+
+def row_map_shaped_run(profile: str) -> str:
+    """PrefixConsistentShaped (rowMapDecoder f): causal masked attention satisfies the full Def. 4.8."""
+
+    def prop(fn, x: list[int]) -> None:
+        assert shaped_on(row_map_decoder(fn), x)
+
+    return run_property(profile, prop, ROW_FNS, INT_LISTS)
+
+
+def block_eq_online_run(profile: str) -> str:
+    """r < |x| => (rowMapDecoder f x)[r]? = onlineOut (rowMapDecoder f) x (r+1); numerically the real
+    cumulative-Gram model's one-pass block logits equal its sequential final-row calls."""
+
+    def prop(fn, x: list[int], seed: int, length: int) -> None:
+        f = row_map_decoder(fn)
+        assert all(get(f(x), r) == online_out(f, x, r + 1) for r in range(len(x)))
+        gap, _ = block_vs_online("cumulative", seed, length)
+        assert gap <= ROW_LOCAL_RTOL
+
+    return run_property(profile, prop, ROW_FNS, INT_LISTS, st.integers(0, 1000), st.integers(1, 6))
+
+
+def global_length_run(profile: str) -> str:
+    """LengthPreserving globalSumDecoder."""
+
+    def prop(x: list[int]) -> None:
+        assert length_preserving_on(global_sum_decoder, x)
+
+    return run_property(profile, prop, INT_LISTS)
+
+
+def global_not_pc_run(profile: str) -> str:
+    """not PrefixConsistent globalSumDecoder: the witness x = [0, 1], r = 0, and every x whose tail after row 0
+    has a nonzero sum; numerically the released global-Gram model (block != online)."""
+    assert global_sum_decoder([0, 1])[0] == 1 and global_sum_decoder([0])[0] == 0
+    assert not prefix_consistent_on(global_sum_decoder, [0, 1])
+
+    def prop(x: list[int]) -> None:
+        if len(x) >= 2 and sum(x[1:]) != 0:
+            assert not prefix_consistent_on(global_sum_decoder, x)
+
+    detail = run_property(profile, prop, INT_LISTS)
+    gap, _ = block_vs_online("global", 0, 6)
+    assert gap > 1e-6
+    return detail + f"; real global-Gram model block vs online gap {gap:.3f}"
+
+
+def global_not_shaped_run(profile: str) -> str:
+    """not PrefixConsistentShaped globalSumDecoder (length holds, prefix consistency fails)."""
+    x = [0, 1]
+    assert length_preserving_on(global_sum_decoder, x) and not shaped_on(global_sum_decoder, x)
+    return "witness [0, 1]"
+
+
+def row_map_consistent_control(profile: str) -> str:
+    """Dropping 'global' (a row-map decoder instead of the global sum): prefix consistency holds, so the negated
+    conclusion fails."""
+    f = row_map_decoder(lambda p: p[-1] + sum(p))
+    return expect_violation(shaped_on(f, [0, 1]), "row-map analogue of the global sum is consistent")
+
+
+def _c(name, paper, run, control, dropped, method=(PURE_PYTHON,), ex=("pldr_ref.model.forward",)):
+    return Check(name, (name,), paper, THEOREM, method, ex, run, control,
+                 slack=f"exact on lists; real model rows rtol {ROW_LOCAL_RTOL}", dropped=dropped)
+
+
+_ONLINE = ("pldr_ref.model.forward", "pldr_ref.inference.scoring.prefix_final_row_logits")
+CHECKS = (
+    _c("online_causal", "Rem. 4.7", online_causal_run, online_causal_control, "the online (prefix-call) interface",
+       (PURE_PYTHON, EXACT_FLOAT)),
+    _c("prefixConsistentShaped_getElem", "Def. 4.8", shaped_get_run, global_sum_violation, "PrefixConsistentShaped F"),
+    _c("constNil_prefixConsistent", "Def. 4.8", const_nil_pc_run, const_nil_pc_control, "F = []", ex=("(pure)",)),
+    _c("constNil_not_prefixConsistentShaped", "Def. 4.8", const_nil_not_shaped_run, row_map_is_shaped, "F = []",
+       ex=("(pure)",)),
+    _c("prefixConsistent_of_rowLocal", "Def. 4.8 / Rem. 4.9(i)", pc_of_row_local_run, global_model_violation,
+       "RowLocal F", ex=_ONLINE),
+    _c("prefixConsistentShaped_of_rowLocal", "Def. 4.8", shaped_of_row_local_run, const_nil_row_local_control,
+       "LengthPreserving F", ex=_ONLINE),
+    _c("rowMapDecoder_rowLocal", "Def. 4.8", row_map_row_local_run, global_sum_not_row_local,
+       "row r reads only x.take(r+1)", ex=("(pure)",)),
+    _c("rowMapDecoder_lengthPreserving", "Def. 4.8", row_map_length_run, const_nil_length_control,
+       "one row per token"),
+    _c("rowMapDecoder_prefixConsistent", "Def. 4.8", row_map_pc_run, global_model_violation,
+       "row-map (causal) structure", ex=_ONLINE),
+    _c("rowMapDecoder_prefixConsistentShaped", "Def. 4.8 / Prop. 3.12", row_map_shaped_run, global_sum_violation,
+       "row-map (causal) structure", ex=("(pure)",)),
+    _c("rowMapDecoder_block_eq_online", "Rem. 4.9(i)", block_eq_online_run, global_model_violation,
+       "row-map (causal Gram) structure", (PURE_PYTHON, EXACT_FLOAT), ex=_ONLINE),
+    _c("globalSumDecoder_lengthPreserving", "Rem. 4.9(i)", global_length_run, const_nil_length_control,
+       "one row per token", ex=("(pure)",)),
+    _c("globalSumDecoder_not_prefixConsistent", "Rem. 4.9(i)", global_not_pc_run, row_map_consistent_control,
+       "the global sum", (PURE_PYTHON, EXACT_FLOAT), ex=_ONLINE),
+    _c("globalSumDecoder_not_prefixConsistentShaped", "Rem. 4.9(i)", global_not_shaped_run,
+       row_map_consistent_control, "the global sum", ex=("(pure)",)),
+)

@@ -1,0 +1,198 @@
+"""Rope.lean: the rotation group, its 2x2 commutant {a I + b J} and relative-position scores (paper Prop. 4.1
+single-plane core, Cor. 7.1 per block, Thm. 5.4(ii) mechanism).  Rotations come from ``pldr_ref.rope.apply_rope``;
+the commutant identity is also checked on every diagonal 2x2 block of the real G_LM tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pldr_ref.rope import apply_rope
+from proofs_check.profiles import expect_counterexample, expect_violation, run_property
+from proofs_check.real_data import REAL_D_K, real_g_lm
+from proofs_check.registry import HYPOTHESIS, REAL_G_LM, THEOREM, Check
+from proofs_check.rounding import UNIT_ROUNDOFF
+from proofs_check.strategies import reals, seeds
+from proofs_check.torus import J2, commutant_projection, plane_frequencies, rope_rotation, rot
+
+ANGLE = reals(-1e3, 1e3)
+
+
+def angle_atol(*angles: float) -> float:
+    """8u (1 + sum |angle|): fl(theta + phi) moves the angle by u |theta + phi|."""
+    return 8 * UNIT_ROUNDOFF * (1 + sum(abs(a) for a in angles))
+
+
+def rot_zero_run(profile: str) -> str:
+    """rot 0 == I exactly, in 2x2 and for the real d_k = 64 RoPE at position 0."""
+    assert np.array_equal(rot(0.0), np.eye(2))
+    assert np.array_equal(rope_rotation(np.array([0.0]), REAL_D_K)[0], np.eye(REAL_D_K))
+    return "exact"
+
+
+def rot_zero_control(profile: str) -> str:
+    """Any nonzero angle (theta = 0 dropped), even 1e-8, moves off the identity."""
+    return expect_violation(not np.array_equal(rot(1e-8), np.eye(2)), "rot(1e-8) != I")
+
+
+def rot_mul_run(profile: str) -> str:
+    """rot theta rot phi = rot(theta + phi) within 8u(1+|theta|+|phi|); apply_rope(apply_rope(x, n), m) =
+    apply_rope(x, n + m) at d_k = 64 for integer positions."""
+
+    def prop(theta: float, phi: float, seed: int) -> None:
+        assert np.abs(rot(theta) @ rot(phi) - rot(theta + phi)).max() <= angle_atol(theta, phi)
+        rng = np.random.default_rng(seed)
+        n, m = (int(v) for v in rng.integers(0, 4096, size=2))
+        x = rng.normal(size=(1, REAL_D_K))
+        twice = apply_rope(apply_rope(x, np.array([n])), np.array([m]))
+        assert np.abs(twice - apply_rope(x, np.array([n + m]))).max() <= angle_atol(n, m) * 4 * np.abs(x).max()
+
+    return run_property(profile, prop, ANGLE, ANGLE, seeds())
+
+
+def rot_mul_control(profile: str) -> str:
+    """Composing with the transpose (orientation dropped) gives rot(theta - phi), not rot(theta + phi)."""
+
+    def prop(theta: float, phi: float) -> None:
+        assert np.abs(rot(theta) @ rot(phi).T - rot(theta + phi)).max() <= angle_atol(theta, phi), "differs"
+
+    return expect_counterexample(profile, prop, reals(0.1, 3.0), reals(0.1, 3.0))
+
+
+def rot_transpose_run(profile: str) -> str:
+    """rot(theta)^T = rot(-theta) (exact: cos is even and sin odd in libm)."""
+
+    def prop(theta: float) -> None:
+        assert np.abs(rot(theta).T - rot(-theta)).max() <= angle_atol(theta)
+
+    return run_property(profile, prop, ANGLE)
+
+
+def rot_transpose_control(profile: str) -> str:
+    """rot(theta)^T != rot(theta) once sin theta != 0."""
+    return expect_violation(not np.allclose(rot(0.5).T, rot(0.5)), "rot(0.5)^T != rot(0.5)")
+
+
+def rot_orthogonal_run(profile: str) -> str:
+    """R^T R = I within 8u: 2x2 for any theta, and the real d_k = 64 RoPE at positions up to 1e5."""
+
+    def prop(theta: float, position: float) -> None:
+        assert np.abs(rot(theta).T @ rot(theta) - np.eye(2)).max() <= 8 * UNIT_ROUNDOFF
+        r = rope_rotation(np.array([position]), REAL_D_K)[0]
+        assert np.abs(r.T @ r - np.eye(REAL_D_K)).max() <= 8 * UNIT_ROUNDOFF
+
+    return run_property(profile, prop, ANGLE, reals(0.0, 1e5))
+
+
+def rot_orthogonal_control(profile: str) -> str:
+    """The float32 RoPE (``precision='float32'``, float64 precision dropped) is orthogonal only to ~1e-7."""
+    eye = np.eye(REAL_D_K)
+    rows = apply_rope(eye, np.full(REAL_D_K, 777), precision="float32")
+    err = float(np.abs(rows @ rows.T - eye).max())
+    return expect_violation(err > 8 * UNIT_ROUNDOFF, f"float32 RoPE: |R^T R - I| = {err:.2e}")
+
+
+def commute_run(profile: str) -> str:
+    """(a I + b J) rot theta = rot theta (a I + b J) within 8u(|a|+|b|)."""
+
+    def prop(a: float, b: float, theta: float) -> None:
+        g = a * np.eye(2) + b * J2
+        assert np.abs(g @ rot(theta) - rot(theta) @ g).max() <= 8 * UNIT_ROUNDOFF * (abs(a) + abs(b))
+
+    return run_property(profile, prop, reals(-100, 100), reals(-100, 100), ANGLE)
+
+
+def commute_control(profile: str) -> str:
+    """A general 2x2 matrix (not in span{I, J}) does not commute with rot theta."""
+    m = np.array([[1.0, 2.0], [0.0, -1.0]])
+    return expect_violation(np.abs(m @ rot(0.7) - rot(0.7) @ m).max() > 0.1, "M rot != rot M")
+
+
+def commutator_gap(m: np.ndarray, r: np.ndarray, sin_theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(||M R - R M||_F, 2 |sin theta| ||M - Pi M||_F) for stacks of 2x2 blocks."""
+    lhs = np.linalg.norm(m @ r - r @ m, axis=(-2, -1))
+    rhs = 2 * np.abs(sin_theta) * np.linalg.norm(m - commutant_projection(m), axis=(-2, -1))
+    return lhs, rhs
+
+
+def commute_iff_run(profile: str) -> str:
+    """sin theta != 0 => (M rot = rot M <=> M = M00 I + M10 J), via the exact identity
+    ||M R - R M||_F = 2|sin theta| ||M - Pi M||_F (rtol 1e-13), on random M and on all 70 x 32 diagonal 2x2
+    blocks of the real G_LM tensors with their real plane angles theta_a."""
+
+    def prop(seed: int, theta: float) -> None:
+        m = np.random.default_rng(seed).normal(size=(2, 2))
+        lhs, rhs = commutator_gap(m, rot(theta), np.sin(theta))
+        assert abs(lhs - rhs) <= 1e-13 * np.linalg.norm(m) + angle_atol(theta) * np.linalg.norm(m)
+        pm = commutant_projection(m)
+        assert np.linalg.norm(pm @ rot(theta) - rot(theta) @ pm) <= angle_atol(theta) * 4 * np.linalg.norm(m)
+
+    detail = run_property(profile, prop, seeds(), ANGLE)
+    g = real_g_lm()
+    a = np.arange(0, REAL_D_K, 2)
+    blocks = np.stack([g[..., a, a], g[..., a, a + 1], g[..., a + 1, a], g[..., a + 1, a + 1]], -1)
+    blocks = blocks.reshape(*blocks.shape[:-1], 2, 2)  # [5, 14, 32, 2, 2]
+    th = plane_frequencies(REAL_D_K)
+    r = rot(th)  # [32, 2, 2]
+    lhs, rhs = commutator_gap(blocks, r, np.sin(th))
+    scale = np.linalg.norm(blocks, axis=(-2, -1))
+    assert np.all(np.abs(lhs - rhs) <= 1e-13 * scale + 1e-300)
+    return detail + f"; real G_LM: 2240 blocks, max |gap| / ||B|| = {np.max(np.abs(lhs - rhs) / scale):.1e}"
+
+
+def commute_iff_control(profile: str) -> str:
+    """Dropping sin theta != 0 (theta = pi): every M commutes up to rounding although M is not in span{I, J}."""
+    m = np.array([[1.0, 2.0], [0.0, -1.0]])
+    r = rot(np.pi)
+    lhs = np.linalg.norm(m @ r - r @ m)
+    off = np.linalg.norm(m - commutant_projection(m))
+    return expect_violation(lhs <= 1e-14 and off > 1.0, f"||[M, rot pi]|| = {lhs:.1e} but ||M - Pi M|| = {off:.2f}")
+
+
+def relative_run(profile: str) -> str:
+    """G commuting with every rotation => rot(-u) G rot(v) = G rot(v-u): 2x2 G = aI + bJ (atol 8u(1+|u|+|v|)||G||),
+    and at d_k = 64 with G = Pi(real G_LM head) and integer positions through the real RoPE matrices."""
+    g = real_g_lm()
+
+    def prop(a: float, b: float, u: float, v: float, seed: int) -> None:
+        g2 = a * np.eye(2) + b * J2
+        lhs = rot(-u) @ g2 @ rot(v)
+        assert np.abs(lhs - g2 @ rot(v - u)).max() <= angle_atol(u, v) * 4 * (abs(a) + abs(b))
+        rng = np.random.default_rng(seed)
+        layer, head = rng.integers(0, 5), rng.integers(0, 14)
+        n, m = (int(x) for x in rng.integers(0, 2048, size=2))
+        pg = commutant_projection(g[layer, head])
+        rn, rm, rd = rope_rotation(np.array([-n, m, m - n]), REAL_D_K)
+        tol = angle_atol(n, m) * 8 * np.abs(pg).sum(axis=1).max()
+        assert np.abs(rn @ pg @ rm - pg @ rd).max() <= tol
+
+    return run_property(profile, prop, reals(-10, 10), reals(-10, 10), ANGLE, ANGLE, seeds())
+
+
+def relative_control(profile: str) -> str:
+    """A non-commutant G (the raw real G_LM head) breaks relative position: R_{-n} G R_m depends on n, not m-n."""
+    g = real_g_lm()[0, 0]
+    rn, rm, rd = rope_rotation(np.array([-5, 12, 7]), REAL_D_K)
+    gap = float(np.abs(rn @ g @ rm - g @ rd).max() / np.abs(g).max())
+    return expect_violation(gap > 1e-3, f"max |R_-n G R_m - G R_(m-n)| / max|G| = {gap:.3f}")
+
+
+_EX = ("pldr_ref.rope.apply_rope",)
+CHECKS = (
+    Check("rot_zero", ("rot_zero",), "Prop. 4.1", THEOREM, (HYPOTHESIS,), _EX, rot_zero_run, rot_zero_control,
+          slack="none (exact)", dropped="theta = 0"),
+    Check("rot_mul", ("rot_mul",), "Prop. 4.1", THEOREM, (HYPOTHESIS,), _EX, rot_mul_run, rot_mul_control,
+          slack="8u(1+|theta|+|phi|)", dropped="orientation of the second factor"),
+    Check("rot_transpose", ("rot_transpose",), "Prop. 4.1", THEOREM, (HYPOTHESIS,), _EX, rot_transpose_run,
+          rot_transpose_control, slack="8u(1+|theta|)", dropped="negated angle"),
+    Check("rot_orthogonal", ("rot_orthogonal",), "Prop. 4.1", THEOREM, (HYPOTHESIS,), _EX, rot_orthogonal_run,
+          rot_orthogonal_control, slack="8u", dropped="float64 RoPE (precision='float32')",
+          note="the float32 RoPE switch of pldr_ref is orthogonal only to float32 accuracy"),
+    Check("smul_one_add_smul_rotJ_commute", ("smul_one_add_smul_rotJ_commute",), "Prop. 4.1", THEOREM,
+          (HYPOTHESIS,), _EX, commute_run, commute_control, slack="8u(|a|+|b|)", dropped="G in span{I, J}"),
+    Check("commute_rot_iff", ("commute_rot_iff",), "Prop. 4.1 / Cor. 7.1 (per block)", THEOREM,
+          (HYPOTHESIS, REAL_G_LM), _EX, commute_iff_run, commute_iff_control,
+          slack="rtol 1e-13 on ||[M,R]||_F = 2|sin theta| ||M - Pi M||_F", dropped="sin theta != 0"),
+    Check("relative_position_of_commute", ("relative_position_of_commute",), "Prop. 4.1 (if) / Thm. 5.4(ii)",
+          THEOREM, (HYPOTHESIS, REAL_G_LM), _EX, relative_run, relative_control,
+          slack="8u(1+|u|+|v|)||G|| (2x2); 8u(1+n+m) max row sum (d_k = 64)", dropped="G in the commutant"),
+)

@@ -1,0 +1,100 @@
+"""TwirlBound.lean: the chord |1 - e^{i w}| = 2|sin(w/2)| and the geometric orbit bound
+|sum_{n=1..S} e^{i w n}| <= 1/|sin(w/2)| (paper Lem. 5.9 analytic core), on the real RoPE frequencies."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+from hypothesis import strategies as st
+
+from proofs_check.profiles import expect_counterexample, expect_violation, run_property
+from proofs_check.real_data import REAL_D_K
+from proofs_check.registry import HYPOTHESIS, MPMATH, REAL_G_LM, THEOREM, Check
+from proofs_check.rounding import UNIT_ROUNDOFF, gamma
+from proofs_check.strategies import reals
+from proofs_check.torus import c_theta, difference_frequencies, plane_frequencies, rope_rotation
+
+MP_DPS = 50
+ORBIT_LENGTHS = (1, 64, 256, 1024)
+
+
+def chord_run(profile: str) -> str:
+    """|1 - e^{i w}| = 2|sin(w/2)|: mpmath at 50 digits for any w; float64 at rtol 4u(1+|w|) where
+    |sin(w/2)| >= 1e-3; and per RoPE plane ||(I - R_1) x|| = 2|sin(theta_a/2)| ||x|| with the real rotations."""
+
+    def prop(w: float) -> None:
+        with mpmath.workdps(MP_DPS):
+            lhs = abs(1 - mpmath.expj(mpmath.mpf(w)))
+            rhs = 2 * abs(mpmath.sin(mpmath.mpf(w) / 2))
+            assert abs(lhs - rhs) <= mpmath.mpf(10) ** (-MP_DPS + 5) * (1 + rhs)
+        if abs(np.sin(w / 2)) >= 1e-3:
+            got = abs(1 - np.exp(1j * w))
+            assert abs(got - 2 * abs(np.sin(w / 2))) <= 4 * UNIT_ROUNDOFF * (1 + abs(w)) * 1e3 * got
+
+    detail = run_property(profile, prop, reals(-100.0, 100.0))
+    th = plane_frequencies(REAL_D_K)
+    r1 = rope_rotation(np.array([1.0]), REAL_D_K)[0]
+    x = np.zeros((REAL_D_K, REAL_D_K // 2))
+    x[np.arange(0, REAL_D_K, 2), np.arange(REAL_D_K // 2)] = 1.0  # e_{2a}: one vector per plane
+    chord = np.linalg.norm(x - r1 @ x, axis=0)
+    assert np.all(np.abs(chord - 2 * np.abs(np.sin(th / 2))) <= 8 * UNIT_ROUNDOFF)
+    return detail + "; 32 real RoPE planes"
+
+
+def chord_control(profile: str) -> str:
+    """The full angle in place of the half angle (|1 - e^{iw}| = 2|sin w|) is caught by the same comparison."""
+
+    def prop(w: float) -> None:
+        got = abs(1 - np.exp(1j * w))
+        assert abs(got - 2 * abs(np.sin(w))) <= 4 * UNIT_ROUNDOFF * (1 + abs(w)) * 1e3 * got, "chord != 2|sin w|"
+
+    return expect_counterexample(profile, prop, reals(0.1, 3.0))
+
+
+def orbit_sum(w: np.ndarray, s: int) -> np.ndarray:
+    """|sum_{n=1..S} e^{i w n}| evaluated directly (float64)."""
+    n = np.arange(1, s + 1)
+    return np.abs(np.exp(1j * np.multiply.outer(np.asarray(w), n)).sum(axis=-1))
+
+
+def orbit_run(profile: str) -> str:
+    """sin(w/2) != 0 => |sum_{n=1..S} e^{iwn}| <= 1/|sin(w/2)|: closed form |sin(Sw/2)|/|sin(w/2)| vs the direct
+    sum in mpmath; float direct sum <= bound (1 + gamma(S+2)) + S u on all 2016 real RoPE difference frequencies
+    for S in (1, 64, 256, 1024) and S = 0; resonance S w in 2 pi Z gives ~0."""
+
+    def prop(w: float, s: int) -> None:
+        with mpmath.workdps(MP_DPS):
+            wm = mpmath.mpf(w)
+            direct = abs(mpmath.fsum(mpmath.expj(wm * n) for n in range(1, s + 1)))
+            closed = abs(mpmath.sin(s * wm / 2)) / abs(mpmath.sin(wm / 2))
+            assert abs(direct - closed) <= mpmath.mpf(10) ** (-MP_DPS + 10) * (1 + closed)
+            assert direct <= 1 / abs(mpmath.sin(wm / 2)) * (1 + mpmath.mpf(10) ** (-MP_DPS + 10))
+
+    detail = run_property(profile, prop, reals(1e-3, 6.28), st.integers(0, 300))
+    freqs = difference_frequencies(REAL_D_K)
+    bound = 1 / np.abs(np.sin(freqs / 2))
+    for s in ORBIT_LENGTHS:
+        assert np.all(orbit_sum(freqs, s) <= bound * (1 + gamma(s + 2)) + s * UNIT_ROUNDOFF), s
+    assert np.all(orbit_sum(freqs, 0) == 0.0)
+    for s in (3, 7, 64):
+        assert orbit_sum(np.array([2 * np.pi / s]), s)[0] <= 8 * s * UNIT_ROUNDOFF
+    return detail + f"; 2016 real frequencies x S in {ORBIT_LENGTHS}; C_Theta = {c_theta(freqs):.4e}"
+
+
+def orbit_control(profile: str) -> str:
+    """Dropping nonresonance (w = 0): the orbit sum is S, above the nonresonant constant C_Theta at S = 1e5."""
+    c = c_theta(difference_frequencies(REAL_D_K))
+    s = 100_000
+    total = float(orbit_sum(np.array([0.0]), s)[0])
+    return expect_violation(total > c, f"w = 0: |sum| = {total:.0f} > C_Theta = {c:.0f}")
+
+
+_EX = ("pldr_ref.rope.rope_frequencies", "pldr_ref.rope.apply_rope")
+CHECKS = (
+    Check("norm_one_sub_exp", ("norm_one_sub_exp",), "Lem. 5.9", THEOREM, (MPMATH, HYPOTHESIS, REAL_G_LM), _EX,
+          chord_run, chord_control, slack="mpmath 1e-45; float 4e3 u(1+|w|) away from 2 pi Z",
+          dropped="the half angle (broken variant 2|sin w|)",
+          note="near w in 2 pi Z the float error u|w| of the argument dominates: relative accuracy is lost"),
+    Check("geom_orbit_bound", ("geom_orbit_bound",), "Lem. 5.9", THEOREM, (MPMATH, HYPOTHESIS, REAL_G_LM), _EX,
+          orbit_run, orbit_control, slack="bound (1 + gamma(S+2)) + S u", dropped="sin(w/2) != 0"),
+)

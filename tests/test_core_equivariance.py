@@ -1,0 +1,97 @@
+"""Acceptance item 6: batch permutation equivariance of the whole forward map, and row-permutation
+equivariance of the residual metric learner (paper Proposition 3.11).
+
+BLAS may round a row differently depending on where it sits in a GEMM, so equality is checked to
+1e-13 relative rather than bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core_support import config_from_shape, model_params, rel_diff, shapes, token_ids
+from pldr_ref import forward
+from pldr_ref.metric_learner import metric_learner
+from pldr_ref.norms import layer_norm
+
+EQUIV_RTOL = 1e-13
+
+
+def assert_batch_equivariant(run, ids: np.ndarray, perm: np.ndarray) -> None:
+    """run(ids[perm]) == run(ids)[perm] for every returned array (a dict name -> [B, ...])."""
+    base, permuted = run(ids), run(ids[perm])
+    for name, arr in base.items():
+        assert rel_diff(permuted[name], arr[perm]) <= EQUIV_RTOL, name
+
+
+def _trace(params):
+    def run(ids: np.ndarray) -> dict[str, np.ndarray]:
+        flat = forward(params, ids).flat()
+        return {k: v for k, v in flat.items() if v.ndim and v.shape[0] == ids.shape[0]}
+
+    return run
+
+
+@given(shape=shapes(), seed=st.integers(0, 2**16), pad=st.booleans())
+def test_batch_permutation_permutes_outputs(shape: dict, seed: int, pad: bool) -> None:
+    cfg = config_from_shape(shape)
+    params = model_params(cfg, seed)
+    batch = 3
+    ids = token_ids(cfg, batch, shape["seq"], seed, low=0 if pad else 1)
+    perm = np.random.default_rng(seed).permutation(batch)
+    assert_batch_equivariant(_trace(params), ids, perm)
+
+
+def test_negative_control_batch_mixing_is_caught() -> None:
+    cfg = config_from_shape({"num_heads": 2, "d_k": 4, "num_layers": 1})
+    params = model_params(cfg, 0)
+    ids = token_ids(cfg, 3, 4, 0)
+
+    def mixing(x: np.ndarray) -> dict[str, np.ndarray]:  # a backend that leaks state across the batch
+        return {"logits": np.cumsum(forward(params, x).logits, axis=0)}
+
+    with pytest.raises(AssertionError):
+        assert_batch_equivariant(mixing, ids, np.array([2, 0, 1]))
+
+
+# ------------------------------------------------------------------ Proposition 3.11
+LEARNERS = {"v500": {}, "v900": {"metric_learner": "v900", "A_dff_depth": 7}}
+
+
+@pytest.mark.parametrize("kind", sorted(LEARNERS))
+@given(shape=shapes(max_dk=8), seed=st.integers(0, 2**16))
+def test_metric_learner_is_row_equivariant(kind: str, shape: dict, seed: int) -> None:
+    """ML(A0[..., pi, :]) == ML(A0)[..., pi, :]: every operation acts on the last axis only."""
+    cfg = config_from_shape(shape, **LEARNERS[kind])
+    lp = model_params(cfg, seed).layer(0)
+    rng = np.random.default_rng(seed)
+    a0 = rng.standard_normal((2, cfg.num_heads, cfg.d_k, cfg.d_k))
+    perm = rng.permutation(cfg.d_k)
+    out = metric_learner(a0, lp, kind, cfg.eps_ln)
+    assert rel_diff(metric_learner(a0[..., perm, :], lp, kind, cfg.eps_ln), out[..., perm, :]) <= EQUIV_RTOL
+
+
+@pytest.mark.parametrize("kind", sorted(LEARNERS))
+def test_negative_control_columns_are_mixed(kind: str) -> None:
+    """The learner is not column-equivariant (its GLUs mix the last axis), so the check is not vacuous."""
+    cfg = config_from_shape({"num_heads": 2, "d_k": 4, "num_layers": 1}, **LEARNERS[kind])
+    lp = model_params(cfg, 0).layer(0)
+    a0 = np.random.default_rng(0).standard_normal((1, 2, 4, 4))
+    perm = np.array([1, 0, 3, 2])
+    out = metric_learner(a0, lp, kind, cfg.eps_ln)
+    assert rel_diff(metric_learner(a0[..., :, perm], lp, kind, cfg.eps_ln), out[..., :, perm]) > 1e-6
+
+
+def test_negative_control_column_norm_breaks_row_equivariance() -> None:
+    """A learner normalising over rows (axis -2) instead of the last axis is caught by the row check."""
+    a0 = np.random.default_rng(1).standard_normal((1, 1, 4, 4)) * np.arange(1, 5)[None, None, :, None]
+    gamma = np.linspace(0.5, 2.0, 4)
+
+    def broken(a: np.ndarray) -> np.ndarray:
+        return np.swapaxes(layer_norm(np.swapaxes(a, -1, -2), gamma, np.zeros(4)), -1, -2)
+
+    perm = np.array([3, 1, 0, 2])
+    assert rel_diff(broken(a0[..., perm, :]), broken(a0)[..., perm, :]) > 1e-6
