@@ -14,7 +14,7 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 def silu(z: np.ndarray) -> np.ndarray:
     """silu(z) = z * sigma(z)."""
     z = np.asarray(z, dtype=np.float64)
-    s = expit(z)
+    s = np.asarray(expit(z))  # expit returns a scalar for 0-d input; out= needs an array
     np.multiply(z, s, out=s)  # z * sigma(z), computed into the fresh sigma buffer
     return s
 

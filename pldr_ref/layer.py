@@ -89,7 +89,7 @@ def decoder_layer(
     h = c.num_heads
     q = split_heads(linear(x, lp.wq, lp.bq), h)
     k = split_heads(linear(x, lp.wk, lp.bk), h)
-    v = split_heads(linear(x, lp.wv, lp.bv), h)
+    v = np.ascontiguousarray(split_heads(linear(x, lp.wv, lp.bv), h))  # contiguous heads for the E V GEMMs
     rope = dict(layout=c.rope_layout, precision=c.rope_precision, base=c.rope_base)
     q_rot = apply_rope(q, positions, **rope)
     k_rot = apply_rope(k, positions, **rope)

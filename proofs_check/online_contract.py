@@ -190,7 +190,7 @@ def const_nil_not_shaped_run(profile: str) -> str:
     """F = [] is not PrefixConsistentShaped: LengthPreserving fails at every nonempty x."""
 
     def prop(x: list[int]) -> None:
-        assert not shaped_on(const_nil, x + [0])
+        assert not shaped_on(const_nil, [*x, 0])
 
     return run_property(profile, prop, INT_LISTS)
 

@@ -48,6 +48,7 @@ CHECK_MODULES = (
     "proofs_check.inference_collapse",
     "proofs_check.online_contract",
     "proofs_check.beyond_lean",
+    "proofs_check.beyond_lean_lipschitz",
     "proofs_check.symbolic",
 )
 

@@ -79,7 +79,9 @@ def twirl_multiplier(omega: np.ndarray, s: int) -> np.ndarray:
 def twirl_average(m: np.ndarray, s: int, d_k: int, base: float = 10000.0) -> np.ndarray:
     """T_S(M) = (1/S) sum_{n=1..S} R_n M R_n^T with the real RoPE rotations; m [..., d_k, d_k]."""
     r = rope_rotation(np.arange(1, s + 1), d_k, base)  # [S, d, d]
-    return np.einsum("nij,...jk,nlk->...il", r, m, r) / s
+    m = np.asarray(m, dtype=np.float64)
+    conj = np.matmul(np.matmul(r, m[..., None, :, :]), np.swapaxes(r, -1, -2))  # [..., S, d, d]
+    return conj.sum(axis=-3) / s
 
 
 def eigenbasis(d_k: int, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import numpy as np
 from hypothesis import strategies as st
 
-from pldr_ref import PLDRConfig, Params, init_params, perturb_params
+from pldr_ref import Params, PLDRConfig, init_params, perturb_params
 from pldr_ref.params import FIXED_G_KEY
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from core_support import model_params
-from pldr_ref import PLDRConfig, Params, forward, init_params, with_fixed_g
+
+from pldr_ref import Params, PLDRConfig, forward, init_params, with_fixed_g
 from pldr_ref.checkpoint import load_state_dict, state_dict
 
 TINY = PLDRConfig.preset("tiny")
@@ -40,7 +40,7 @@ def test_sequence_beyond_max_from_start_position() -> None:
 
 
 def test_params_must_be_params() -> None:
-    with pytest.raises(TypeError, match="params must be a pldr_ref.Params, got dict"):
+    with pytest.raises(TypeError, match=r"params must be a pldr_ref\.Params, got dict"):
         forward(dict(PARAMS), GOOD)
 
 
@@ -107,7 +107,7 @@ def test_bad_external_g() -> None:
         with_fixed_g(EXT_PARAMS, np.zeros(G_SHAPE[:-1]))
     with pytest.raises(ValueError, match="external G_LM must be a float array, got dtype int64"):
         with_fixed_g(EXT_PARAMS, np.zeros(G_SHAPE, dtype=np.int64))
-    with pytest.raises(ValueError, match="with_fixed_g needs g_mode in .* config has g_mode='learned'"):
+    with pytest.raises(ValueError, match=r"with_fixed_g needs g_mode in .* config has g_mode='learned'"):
         with_fixed_g(PARAMS, np.zeros(G_SHAPE))
     g = np.random.default_rng(0).standard_normal(G_SHAPE).astype(np.float32)
     fixed = with_fixed_g(EXT_PARAMS, g[:, None])  # [L, 1, H, d, d] (the HF buffer slice) is accepted

@@ -14,8 +14,8 @@ import json
 
 import numpy as np
 import pytest
-
 from core_support import model_params, token_ids
+
 from pldr_ref import PLDRConfig, forward, init_params, with_fixed_g
 from pldr_ref.checkpoint import load_state_dict, save_state_dict, state_dict
 from pldr_ref.params import FIXED_G_KEY, param_shapes
@@ -124,7 +124,7 @@ def test_misshaped_key_is_reported_by_name(tmp_path) -> None:
     from safetensors.numpy import save_file
 
     save_file({k: np.ascontiguousarray(v) for k, v in sd.items()}, str(path))
-    with pytest.raises(ValueError, match="plgatt_layer.pwlst"):
+    with pytest.raises(ValueError, match=r"plgatt_layer\.pwlst"):
         load_state_dict(path, cfg)
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from core_support import config_from_shape, model_params, rel_diff, shapes, token_ids
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core_support import config_from_shape, model_params, rel_diff, shapes, token_ids
 from pldr_ref import forward
 from pldr_ref.metric_learner import metric_learner
 from pldr_ref.norms import layer_norm

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from core_support import config_from_shape, dk_permutation_groups, model_params, permute_dk, rel_diff, shapes, token_ids
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core_support import config_from_shape, dk_permutation_groups, model_params, permute_dk, rel_diff, shapes, token_ids
 from pldr_ref import Params, forward, with_fixed_g
 from pldr_ref.rope import interleave_permutation
 

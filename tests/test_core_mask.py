@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from core_support import config_from_shape, model_params, shapes, token_ids
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.special import softmax
 
-from core_support import config_from_shape, model_params, shapes, token_ids
 from pldr_ref import forward
 from pldr_ref.attention import apply_mask, causal_padding_mask, masked_softmax
 from pldr_ref.constants import FINFO_MIN_F64, MASK_VALUE

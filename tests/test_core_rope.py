@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from core_support import rel_diff
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core_support import rel_diff
 from pldr_ref.rope import apply_rope, interleave_permutation, rope_angles, rope_frequencies
 
 DKS = st.sampled_from([2, 4, 6, 8, 64])
@@ -106,7 +106,7 @@ def test_negative_controls_rope_properties() -> None:
     b = float(np.sum(_broken_rope(q, np.array([12]), "interleaved", "exact")
                      * _broken_rope(k, np.array([15]), "interleaved", "exact")))
     assert abs(a - b) > 1e-6
-    r = _rotation_matrix(3, 8, "interleaved", rope=lambda x, p, layout, precision: _scaled_rope(x, p, layout, precision))
+    r = _rotation_matrix(3, 8, "interleaved", rope=_scaled_rope)
     assert np.max(np.abs(r @ r.T - np.eye(8))) > 1e-4
 
 

@@ -11,11 +11,11 @@ import math
 
 import numpy as np
 import pytest
+from core_support import config_from_shape, model_params, rel_diff, shapes, token_ids
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.special import expit, softmax
 
-from core_support import config_from_shape, model_params, rel_diff, shapes, token_ids
 from pldr_ref import forward
 
 SDPA_RTOL = 1e-13

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from core_support import config_from_shape, model_params, rel_diff, shapes, token_ids
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.special import expit
 
-from core_support import config_from_shape, model_params, rel_diff, shapes, token_ids
 from pldr_ref import PLDRConfig, forward
 from pldr_ref import constants as k
+from pldr_ref.attention import attention_scores
 from pldr_ref.glu import glu
 from pldr_ref.metric_learner import metric_learner
 from pldr_ref.model import embedding_scale
@@ -114,3 +115,22 @@ def test_negative_control_learner_variants_differ() -> None:
     assert rel_diff(out, a) > 1e-3
     with pytest.raises(ValueError, match="metric_learner kind 'none' computes no A"):
         metric_learner(a0, lp, "none", cfg.eps_ln)
+
+
+@pytest.mark.parametrize("d_k", [2, 4, 6, 8, 16, 64])
+def test_attention_scores_formula(d_k: int) -> None:
+    """Sc = (Q~ G) K~^T / sqrt(d_k); for sqrt(d_k) = 2^n the reference pre-scales Q~G, which is bit-identical."""
+    rng = np.random.default_rng(d_k)
+    q, kk = rng.standard_normal((2, 3, 5, d_k)), rng.standard_normal((2, 3, 7, d_k))
+    g = rng.standard_normal((2, 3, d_k, d_k))
+    ref = np.matmul(np.matmul(q, g), np.swapaxes(kk, -1, -2)) / np.sqrt(d_k)
+    np.testing.assert_array_equal(attention_scores(q, g, kk), ref)
+    g_rows = rng.standard_normal((2, 3, 5, d_k, d_k))  # cumulative Gram: one operator per query row
+    ref_rows = np.einsum("bhsi,bhsij,bhtj->bhst", q, g_rows, kk) / np.sqrt(d_k)
+    assert rel_diff(attention_scores(q, g_rows, kk), ref_rows) <= 1e-14
+
+
+def test_negative_control_unscaled_scores_differ() -> None:
+    rng = np.random.default_rng(0)
+    q, kk, g = rng.standard_normal((1, 1, 3, 4)), rng.standard_normal((1, 1, 3, 4)), np.eye(4)[None, None]
+    assert rel_diff(attention_scores(q, g, kk), q @ np.swapaxes(kk, -1, -2)) > 0.4

@@ -38,8 +38,15 @@ OP_KINDS = (
     "sigmoid", "silu", "iswiglu", "layer_norm", "linear", "glu", "apply_rope", "density_operator",
     "cumulative_density_operator", "residual_unit", "metric_learner_v500", "metric_learner_v900", "metric_tensor",
     "potential_tensor", "energy_curvature", "attention_scores", "causal_padding_mask", "apply_mask",
-    "masked_softmax", "mix_values", "embedding", "lm_head",
+    "masked_softmax", "mix_values", "embedding", "lm_head", "metric_learner",
 )
+
+#: The scoring semantics of paper §4.5 (fixture kinds).
+SCORING_KINDS = ("scoring_blockwise", "scoring_blockwise_hf", "scoring_sequential", "scoring_one_pass",
+                 "scoring_prompt_frozen")
+
+#: HF cross-entropy ignore label.
+HF_IGNORE_INDEX = -100
 
 STAGE_NAMES = (
     "embedding", "input_norm", "qkv_projection", "rope", "density_operator", "metric_learner", "metric_tensor",
@@ -91,7 +98,7 @@ class TorchBackend:
         """All dtypes, every fixture kind, every stage in isolation, KV and G caches, every switch."""
         return Capabilities(
             dtypes=("float64", "float32", "bfloat16", "float16"),
-            kinds=(*OP_KINDS, "decoder_layer", "forward", "cached_generation"),
+            kinds=(*OP_KINDS, "decoder_layer", "forward", "cached_generation", *SCORING_KINDS),
             stages=STAGE_NAMES,
             caches=("kv", "g"),
         )
@@ -112,6 +119,8 @@ class TorchBackend:
             return self.numpy_dict(self._run_layer_case(case.params, args, inputs, dt))
         if kind == "cached_generation":
             return self.numpy_dict(self._run_cached_generation(case, args, inputs, dt))
+        if kind in SCORING_KINDS:
+            return self.numpy_dict(self._run_scoring(kind, case, args, inputs, dt))
         if kind in OP_KINDS:
             return self.numpy_dict(self._run_op(kind, case.params, args, inputs, dt))
         raise Unsupported(f"case kind {kind!r} is not implemented by the torch backend")
@@ -141,7 +150,9 @@ class TorchBackend:
             pos = self.tensor(i["positions"])
             out = {"q_rot": self.rope(t("q"), pos, c), "k_rot": self.rope(t("k"), pos, c)}
         elif s == "density_operator":
-            out = {"A0": self.gram(t("q_rot"), c, t("gram_offset") if "gram_offset" in i else None)}
+            q_rot = t("q_rot")
+            k_new = t("k_rot")[:, :, -q_rot.shape[2]:] if "k_rot" in i else None
+            out = {"A0": self.gram(self.gram_rows(q_rot, k_new), c, t("gram_offset") if "gram_offset" in i else None)}
         elif s == "metric_learner":
             out = {"A": self.metric_learner(P, pre, t("A0"), c)}
         elif s == "metric_tensor":
@@ -319,6 +330,10 @@ class TorchBackend:
         """A0_i = sum_{s <= i} q~_s q~_s^T: [B, H, S, d_k] -> [B, H, S, d_k, d_k]."""
         return self.torch.cumsum(q_rot[..., :, None] * q_rot[..., None, :], dim=-3)
 
+    def gram_rows(self, q_rot: Any, k_rot: Any) -> Any:
+        """The rows the density operator sums: the rotated queries of the current input (not the keys)."""
+        return q_rot
+
     def gram(self, q_rot: Any, config: Any, offset: Any | None = None) -> Any:
         """The Gram of the configured ``gram_mode`` (cumulative: plus the cached running Gram)."""
         if config.gram_mode == "cumulative":
@@ -453,7 +468,7 @@ class TorchBackend:
         k = self.split_heads(self.linear(x, P[f"{m}wk.weight"], P.get(f"{m}wk.bias")), h)
         v = self.split_heads(self.linear(x, P[f"{m}wv.weight"], P.get(f"{m}wv.bias")), h)
         q_rot = self.rope(q, positions, c)
-        k_rot = self.rope(k, positions, c)
+        k_rot = k_new = self.rope(k, positions, c)
         if past_k is not None:
             k_rot = self.torch.cat([past_k, k_rot], dim=2)
             v = self.torch.cat([past_v, v], dim=2)
@@ -461,7 +476,7 @@ class TorchBackend:
         if frozen_A is not None:
             a = frozen_A
         elif frozen_G is None or c.metric_learner != "none":
-            a0 = self.gram(q_rot, c, gram_offset)
+            a0 = self.gram(self.gram_rows(q_rot, k_new), c, gram_offset)
             if c.metric_learner != "none":
                 a = self.metric_learner(P, pre, a0, c)
         if frozen_G is not None:
@@ -592,26 +607,21 @@ class TorchBackend:
                                frozen_G=frozen, gram_offset=opt("gram_offset"))
         return {f"layers.{li}.{n}": v for n, v in t.items()}
 
-    def _run_cached_generation(self, case: Any, args: Mapping[str, Any], inputs: Mapping[str, np.ndarray],
-                               dt: Any) -> dict[str, Any]:
-        """Prefill on ``prompt_ids``, then cached steps over ``new_ids`` in chunks ``args.step_sizes``
-        in mode ``args.mode`` (spec §8.1-§8.2; the fixture kind ``cached_generation``)."""
-        mode = args["mode"]
+    def decode(self, P: Mapping[str, Any], config: Any, prompt: np.ndarray, chunks: list[np.ndarray], mode: str,
+               full_mask: np.ndarray | None = None, initial_g: Any = None) -> tuple[dict, list, dict | None, list | None]:
+        """Prefill on ``prompt`` then one call per chunk of new tokens in cache ``mode`` (spec §8.1-§8.2).
+
+        Returns (prefill trace, [(step trace, logits of the new rows)], final KV cache, final G cache).
+        ``initial_g`` [L, H, d_k, d_k] is a PT-v510 ``Gcachelst_init`` used from the prompt pass on.
+        """
         if mode not in GENERATION_MODES:
             raise Unsupported(f"cache mode {mode!r} is not implemented by the torch backend")
         kv_on, g_on, cached_mask, first_g, pad_from_token = GENERATION_MODES[mode]
-        c = case.params.config
-        P = self.params(case.params, dt)
-        prompt, new = np.asarray(inputs["prompt_ids"]), np.asarray(inputs["new_ids"])
-        full_mask = inputs.get("attention_mask")
         t = prompt.shape[1]
-        init = None
-        if "initial_G_LM" in inputs:
-            g0 = self.tensor(inputs["initial_G_LM"], dt)
-            init = [(None, None, g0[i][None]) for i in range(c.num_layers)]
-        trace, kv, g = self.step(P, c, prompt, g_cache=init, pad_masking=pad_from_token,
+        init = None if initial_g is None else [(None, None, initial_g[i][None]) for i in range(config.num_layers)]
+        trace, kv, g = self.step(P, config, prompt, g_cache=init, pad_masking=pad_from_token,
                                  attention_mask=None if full_mask is None else full_mask[:, :t])
-        out = {f"prefill.{k}": v for k, v in trace.items()}
+        prefill_trace = trace
         if init is not None:
             g = init
         elif g_on:
@@ -620,23 +630,37 @@ class TorchBackend:
             g = None
         kv = kv if kv_on else None
         ids = prompt
-        pos = 0
-        for j, size in enumerate(args["step_sizes"]):
-            chunk = new[:, pos:pos + int(size)]
+        steps = []
+        for chunk in chunks:
             ids = np.concatenate([ids, chunk], axis=1)
             mask = None if full_mask is None else np.asarray(full_mask)[:, : ids.shape[1]]
             if kv_on:
-                trace, kv, _ = self.step(P, c, chunk, kv=kv, g_cache=g, cached_mask=cached_mask,
+                trace, kv, _ = self.step(P, config, chunk, kv=kv, g_cache=g, cached_mask=cached_mask,
                                          attention_mask=None if mask is None else mask[:, -chunk.shape[1]:],
                                          pad_masking=pad_from_token, cached_step=True)
                 logits = trace["logits"]
             else:
-                trace, _, _ = self.step(P, c, ids, g_cache=g, attention_mask=mask, pad_masking=pad_from_token,
+                trace, _, _ = self.step(P, config, ids, g_cache=g, attention_mask=mask, pad_masking=pad_from_token,
                                         cached_step=True)
                 logits = trace["logits"][:, -chunk.shape[1]:]
+            steps.append((trace, logits))
+        return prefill_trace, steps, kv, g
+
+    def _run_cached_generation(self, case: Any, args: Mapping[str, Any], inputs: Mapping[str, np.ndarray],
+                               dt: Any) -> dict[str, Any]:
+        """The fixture kind ``cached_generation``: prefill on ``prompt_ids``, then cached steps over ``new_ids``
+        in chunks ``args.step_sizes`` in mode ``args.mode``; traces, new logits and the final caches."""
+        c = case.params.config
+        P = self.params(case.params, dt)
+        prompt, new = np.asarray(inputs["prompt_ids"]), np.asarray(inputs["new_ids"])
+        bounds = np.cumsum([0, *[int(n) for n in args["step_sizes"]]])
+        chunks = [new[:, a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        init = self.tensor(inputs["initial_G_LM"], dt) if "initial_G_LM" in inputs else None
+        prefill, steps, kv, g = self.decode(P, c, prompt, chunks, args["mode"], inputs.get("attention_mask"), init)
+        out = {f"prefill.{k}": v for k, v in prefill.items()}
+        for j, (trace, logits) in enumerate(steps):
             out.update({f"steps.{j}.{k}": v for k, v in trace.items()})
             out[f"steps.{j}.new_logits"] = logits
-            pos += int(size)
         if kv is not None:
             out["kv_cache.key_padding"] = kv["key_padding"]
             for i, lk in enumerate(kv["layers"]):
@@ -646,6 +670,68 @@ class TorchBackend:
                 out.update({f"g_cache.layers.{i}.{n}": v for n, v in zip(("A_LM", "A_P", "G_LM"), lg, strict=True)
                             if v is not None})
         return out
+
+    # ------------------------------------------------------------------ scoring (paper §4.5)
+    def log_softmax(self, logits: Any) -> Any:
+        """log p over the last axis (float32 work dtype for 16-bit logits)."""
+        return self.torch.log_softmax(logits.to(self.softmax_dtype(logits.dtype)), dim=-1)
+
+    def token_nll(self, logits: Any, targets: Any) -> Any:
+        """CE = logsumexp(z) - z[y] per row: logits [B, T, V], targets [B, T] -> [B, T]."""
+        return -self.torch.gather(self.log_softmax(logits), -1, targets[..., None])[..., 0]
+
+    def final_rows(self, P: Mapping[str, Any], config: Any, ids: np.ndarray, start: int) -> Any:
+        """[B, T-start+1, V]: row j is the last row of the forward on ids[:, :start+j] (one call per prefix)."""
+        rows = [self.forward(P, config, ids[:, :t])["logits"][:, -1] for t in range(start, ids.shape[1] + 1)]
+        return self.torch.stack(rows, dim=1)
+
+    def _scores(self, nll: Any, mask: Any) -> dict[str, Any]:
+        total = self.torch.where(mask, nll, self.torch.zeros_like(nll)).sum().reshape(1)
+        return {"nll": nll, "mask": mask, "total": total, "mean": total / mask.sum()}
+
+    def _run_scoring(self, kind: str, case: Any, args: Mapping[str, Any], inputs: Mapping[str, np.ndarray],
+                     dt: Any) -> dict[str, Any]:
+        """The five scoring semantics of paper §4.5 (fixture kinds ``scoring_*``)."""
+        torch = self.torch
+        c = case.params.config
+        P = self.params(case.params, dt)
+        if kind in ("scoring_blockwise", "scoring_sequential"):
+            ids = np.asarray(inputs["token_ids"])
+            targets = self.tensor(ids[:, 1:])
+            if kind == "scoring_blockwise":
+                logits = self.forward(P, c, ids[:, :-1])["logits"]
+            else:
+                logits = self.final_rows(P, c, ids[:, :-1], 1)
+            out = self._scores(self.token_nll(logits, targets), targets != int(args["pad_id"]))
+            out["logits"] = logits
+            return out
+        if kind == "scoring_blockwise_hf":
+            ids = np.asarray(inputs["input_ids"])
+            logits = self.forward(P, c, ids, attention_mask=inputs.get("attention_mask"), pad_masking=False)["logits"]
+            labels = self.tensor(inputs["labels"])[:, 1:]
+            keep = labels != HF_IGNORE_INDEX
+            nll = self.token_nll(logits[:, :-1], torch.where(keep, labels, torch.zeros_like(labels)))
+            return self._scores(torch.where(keep, nll, torch.zeros_like(nll)), keep)
+        if kind == "scoring_one_pass":
+            ctx = np.asarray(inputs["context"]).reshape(-1)
+            n = ctx.size
+            one, seq = [], []
+            for row, length in zip(inputs["candidates"], inputs["candidate_lengths"], strict=True):
+                cand = np.asarray(row[: int(length)])
+                ids = np.concatenate([ctx, cand])[None]
+                idx = self.tensor(cand)
+                lp = self.log_softmax(self.forward(P, c, ids)["logits"][0, n - 1:-1])
+                one.append(lp[torch.arange(cand.size, device=self.device), idx].sum())
+                lp = self.log_softmax(self.final_rows(P, c, ids[:, :-1], n)[0])
+                seq.append(lp[torch.arange(cand.size, device=self.device), idx].sum())
+            return {"scores": torch.stack(one), "sequential_scores": torch.stack(seq)}
+        if kind == "scoring_prompt_frozen":
+            prompt, cont = np.asarray(inputs["prompt_ids"]), np.asarray(inputs["continuation"])
+            chunks = [cont[:, j:j + 1] for j in range(cont.shape[1] - 1)]
+            prefill, steps, _, _ = self.decode(P, c, prompt, chunks, args["mode"])
+            logits = torch.stack([prefill["logits"][:, -1], *[lg[:, -1] for _, lg in steps]], dim=1)
+            return {"logprobs": -self.token_nll(logits, self.tensor(cont))}
+        raise Unsupported(f"scoring kind {kind!r} is not implemented by the torch backend")
 
     def _run_op(self, kind: str, params: Params | None, args: Mapping[str, Any], inputs: Mapping[str, np.ndarray],
                 dt: Any) -> dict[str, Any]:
@@ -706,6 +792,8 @@ class TorchBackend:
             return {"out": self.residual_unit(t("a"), P, unit, c.num_denseA, c.eps_ln)}
         if kind in ("metric_learner_v500", "metric_learner_v900"):
             return {"out": self.metric_learner(P, pre, t("a0"), c.replace(metric_learner=kind[-4:]))}
+        if kind == "metric_learner":
+            return {"out": self.metric_learner(P, pre, t("a0"), c)}
         raise Unsupported(f"op kind {kind!r} is not implemented by the torch backend")
 
 

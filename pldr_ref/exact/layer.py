@@ -14,6 +14,7 @@ import mpmath
 from mpmath import mpf
 
 from pldr_ref.config import PLDRConfig
+from pldr_ref.constants import FINFO_MIN_F64
 from pldr_ref.exact import plga
 from pldr_ref.exact.numbers import mpf_exact
 from pldr_ref.exact.ops import Matrix, affine, glu, layer_norm, masked_logit, softmax_row, vecmat
@@ -27,7 +28,7 @@ class LayerConstants:
         self.eps = mpf_exact(config.eps_ln)
         self.eps_adj = mpf_exact(config.eps_adj)
         self.mask_value = mpf_exact(config.mask_value)
-        self.finfo_min = mpf_exact(-1.7976931348623157e308)
+        self.finfo_min = mpf_exact(FINFO_MIN_F64)
         self.inv_sqrt_dk = 1 / mpmath.sqrt(config.d_k)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import mpmath
 import numpy as np
 
-from pldr_ref.constants import EPS_ADJ, EPS_LN, MASK_VALUE, ROPE_BASE
+from pldr_ref.constants import EPS_ADJ, EPS_LN, FINFO_MIN_F64, MASK_VALUE, ROPE_BASE
 from pldr_ref.exact import ops, plga
 from pldr_ref.exact.guard import guarded
 from pldr_ref.exact.layer import head_scores
@@ -138,7 +138,7 @@ def _apply_mask(scores: Any, mask: Any, mode: str, mask_value: float = MASK_VALU
     if mask is None:
         return to_mp(s.reshape(-1)), s.shape
     m = np.broadcast_to(np.asarray(mask, dtype=bool), s.shape).reshape(-1).tolist()
-    mv, fm = mpf_exact(mask_value), mpf_exact(-1.7976931348623157e308)
+    mv, fm = mpf_exact(mask_value), mpf_exact(FINFO_MIN_F64)
     vals = to_mp(s.reshape(-1))
     return [ops.masked_logit(v, mm, mode, mv, fm) for v, mm in zip(vals, m, strict=True)], s.shape
 

@@ -1,0 +1,214 @@
+"""Benchmark of the float64 forward map (issue 2, acceptance item 9).
+
+Runs ``forward`` of a preset (default ``"v510-110m"``, B = 1, S = 1024) in float64 and prints:
+
+* wall time (best and median of ``--repeats`` timed runs after one warm-up run);
+* the model's FLOP count (analytic: every matrix product actually computed, see :func:`forward_flops`)
+  and the achieved GFLOP/s;
+* the machine's measured float64 GEMM rate (NumPy matmul at the model's FFN and projection shapes);
+* the time of a straightforward PyTorch float64 CPU implementation of the same model (written below,
+  same parameters, same switches), when torch is importable, and the largest logit difference.
+
+Usage: ``python benchmarks/bench_forward.py [--preset v510-110m] [--batch 1] [--seq 1024] [--repeats 3]``.
+To pin threads, set ``OPENBLAS_NUM_THREADS`` (NumPy's BLAS) in the environment and pass ``--torch-threads``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+from pldr_ref import Params, PLDRConfig, forward, init_params
+from pldr_ref.model import embedding_scale
+from pldr_ref.params import layer_prefix
+from pldr_ref.rope import rope_angles
+
+
+def forward_flops(c: PLDRConfig, batch: int, seq: int) -> dict[str, float]:
+    """Floating-point operations (2 per multiply-add) of the matrix products of one forward pass.
+
+    Elementwise work (activations, norms, softmax, RoPE) is not counted.  Scores and E V are counted
+    for the full S x T block, which is what is computed (the causal mask is applied afterwards).
+    """
+    b, s, d, h, dk = batch, seq, c.d_model, c.num_heads, c.d_k
+    rows = b * h * dk  # rows of the metric learner's input [B, H, d_k, d_k]
+    width = c.metric_width
+    per_layer = {
+        "qkvo_projections": 4 * 2.0 * b * s * d * d,
+        "gram_A0": 2.0 * b * h * s * dk * dk,
+        "metric_learner": 0.0,
+        "plga_matmuls": 0.0,
+        "scores_QG_K": 2.0 * b * h * s * dk * dk + 2.0 * b * h * s * s * dk,
+        "E_V": 2.0 * b * h * s * s * dk,
+        "ffn": 3 * 2.0 * b * s * d * c.dff,
+    }
+    if c.metric_learner != "none":
+        glus = c.num_reslayerA * c.num_denseA
+        per_layer["metric_learner"] = glus * 3 * 2.0 * rows * width * c.A_dff
+        if c.metric_learner == "v900":
+            per_layer["metric_learner"] += 2 * 2.0 * rows * dk * width
+    if c.uses_plga_params:
+        per_layer["plga_matmuls"] = 2 * 2.0 * b * h * dk**3
+    total = {k: v * c.num_layers for k, v in per_layer.items()}
+    total["lm_head"] = 2.0 * b * s * d * c.vocab_size
+    return total
+
+
+def gemm_rate(repeats: int = 5) -> float:
+    """Best measured float64 GEMM rate (GFLOP/s) of NumPy matmul at the model's FFN and projection shapes."""
+    rng = np.random.default_rng(0)
+    best = 0.0
+    for m, k, n in ((1024, 896, 2389), (1024, 896, 896), (1024, 2389, 896)):
+        a, w = rng.standard_normal((m, k)), rng.standard_normal((n, k))
+        np.matmul(a, w.T)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            np.matmul(a, w.T)
+            best = max(best, 2.0 * m * k * n / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def _time(fn, repeats: int) -> list[float]:
+    fn()  # warm-up: page in buffers, load BLAS kernels
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+# ------------------------------------------------------------------ plain PyTorch float64 model
+def torch_weights(params: Params) -> dict:
+    """float64 torch tensors of the parameters (writable copies, made once, outside the timed region)."""
+    import torch
+
+    return {k: torch.from_numpy(np.array(v)) for k, v in params.items()}
+
+
+def torch_forward(c: PLDRConfig, t: dict, ids: np.ndarray):
+    """The same forward map written plainly in PyTorch float64 (CPU), for timing and a cross-check.
+
+    Follows the config's switches: RoPE layout and precision (torchtune float32 semantics), mask mode,
+    embedding-scale precision, v500 metric learner, learned PLGA.  ``t`` comes from :func:`torch_weights`.
+    """
+    import torch
+
+    if c.metric_learner != "v500" or c.g_mode != "learned" or c.gram_mode != "global":
+        raise ValueError("the PyTorch comparison implements the v500 / learned-G / global-Gram model only")
+    f64 = torch.float64
+    x_ids = torch.from_numpy(ids)
+    b, s = ids.shape
+    h, dk, d = c.num_heads, c.d_k, c.d_model
+    cos, sin = rope_angles(np.arange(s), dk, c.rope_base, c.rope_precision)
+    cos_t, sin_t = torch.from_numpy(np.asarray(cos)), torch.from_numpy(np.asarray(sin))
+    future = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)
+    mask = future[None, None] | (x_ids == c.pad_id)[:, None, None, :]
+
+    def lin(z, name, bias=True):
+        y = z @ t[name + ".weight"].T
+        return y + t[name + ".bias"] if bias and name + ".bias" in t else y
+
+    def ln(z, name, eps=c.eps_ln):
+        return torch.nn.functional.layer_norm(z, z.shape[-1:], t[name + ".weight"], t[name + ".bias"], eps)
+
+    def glu(z, name):
+        return lin(torch.nn.functional.silu(lin(z, name + ".gluw1")) * lin(z, name + ".gluw2"), name + ".gluw3")
+
+    def rope(z):  # z [B, H, S, d_k]
+        zz = z.float() if c.rope_precision == "float32" else z
+        if c.rope_layout == "interleaved":
+            z1, z2 = zz[..., 0::2], zz[..., 1::2]
+            return torch.stack([z1 * cos_t - z2 * sin_t, z2 * cos_t + z1 * sin_t], -1).flatten(-2).to(f64)
+        z1, z2 = zz[..., : dk // 2], zz[..., dk // 2 :]
+        return torch.cat([z1 * cos_t - z2 * sin_t, z2 * cos_t + z1 * sin_t], -1).to(f64)
+
+    with torch.no_grad():
+        x = t["decoder.embedding.weight"][x_ids] * embedding_scale(c)
+        x = ln(x, "decoder.layernorm1")
+        for layer in range(c.num_layers):
+            p = layer_prefix(layer)
+            q = rope(lin(x, p + "mha1.wq").view(b, s, h, dk).transpose(1, 2))
+            k = rope(lin(x, p + "mha1.wk").view(b, s, h, dk).transpose(1, 2))
+            v = lin(x, p + "mha1.wv").view(b, s, h, dk).transpose(1, 2)
+            a = ln(q.transpose(-1, -2) @ q, p + "mha1.layernorm1")
+            for r in range(c.num_reslayerA):
+                u = f"{p}mha1.reslayerAs.{r}."
+                z = a
+                for j in range(c.num_denseA):
+                    z = glu(z, f"{u}denseAs.{j}")
+                a = ln(z + a, u + "layernormA")
+            g = p + "mha1.plgatt_layer."
+            wa = t[g + "Wlst"] @ a + t[g + "blst"]
+            a_lm = wa * torch.nn.functional.silu(wa) + c.eps_adj
+            g_lm = t[g + "alst"] @ torch.pow(a_lm, t[g + "pwlst"]) + t[g + "balst"]
+            sc = (q @ g_lm) @ k.transpose(-1, -2) / dk**0.5
+            if c.mask_mode == "ideal":
+                sc = sc.masked_fill(mask, float("-inf"))
+            elif c.mask_mode == "additive":
+                sc = sc + c.mask_value * mask.to(f64)
+            else:
+                sc = sc.masked_fill(mask, torch.finfo(f64).min)
+            e = torch.softmax(sc, dim=-1)
+            ctx = (e @ v).transpose(1, 2).reshape(b, s, d)
+            out1 = ln(lin(ctx, p + "mha1.dense") + x, p + "layernorm1")
+            x = ln(glu(out1, p + "ffn") + out1, p + "layernorm2")
+        return lin(x, "final_layer")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="v510-110m")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
+    ap.add_argument("--torch-threads", type=int, default=0,
+                    help="torch.set_num_threads (default: torch's own; NumPy's BLAS follows OPENBLAS_NUM_THREADS)")
+    args = ap.parse_args(argv)
+
+    config = PLDRConfig.preset(args.preset)
+    params = init_params(config, seed=0)
+    ids = np.random.default_rng(0).integers(1, config.vocab_size, (args.batch, args.seq))
+    flops = forward_flops(config, args.batch, args.seq)
+    total = sum(flops.values())
+
+    print(f"preset {args.preset}: B={args.batch} S={args.seq} float64, {os.cpu_count()} CPUs, "
+          f"numpy {np.__version__}")
+    times = _time(lambda: forward(params, ids), args.repeats)
+    best = min(times)
+    rate = gemm_rate()
+    print(f"pldr_ref forward : best {best:.3f} s, median {statistics.median(times):.3f} s over {len(times)} runs")
+    print(f"model FLOPs      : {total / 1e9:.1f} GFLOP (" + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in flops.items())
+          + ")")
+    print(f"achieved         : {total / best / 1e9:.1f} GFLOP/s")
+    print(f"float64 GEMM rate: {rate:.1f} GFLOP/s (NumPy matmul, best of 15)")
+    print(f"fraction of GEMM : {total / best / 1e9 / rate:.0%} (target >= 60%)")
+
+    if not args.no_torch:
+        try:
+            import torch
+        except ImportError:
+            print("torch            : not importable, comparison skipped")
+            return 0
+        if args.torch_threads:
+            torch.set_num_threads(args.torch_threads)
+        weights = torch_weights(params)
+        t_times = _time(lambda: torch_forward(config, weights, ids), args.repeats)
+        t_best = min(t_times)
+        ours = forward(params, ids).logits
+        theirs = torch_forward(config, weights, ids).numpy()
+        diff = float(np.max(np.abs(ours - theirs)) / np.max(np.abs(ours)))
+        print(f"torch {torch.__version__} float64 ({torch.get_num_threads()} threads): best {t_best:.3f} s, "
+              f"median {statistics.median(t_times):.3f} s, {total / t_best / 1e9:.1f} GFLOP/s")
+        print(f"pldr_ref / torch : {best / t_best:.2f} x the torch time (target <= 1); "
+              f"max |logit diff| / max |logit| = {diff:.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

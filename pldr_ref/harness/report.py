@@ -1,0 +1,195 @@
+"""Reports of a validation run: a terminal table, a JSON document and JUnit XML.
+
+JSON schema (``schema_version`` = :data:`SCHEMA_VERSION`; documented in ``docs/backends.md``)::
+
+    {
+      "schema_version": "pldr-ref-validation-report/1",
+      "pldr_ref_version": str,
+      "backend": {"spec": "module:attr", "name": str, "capabilities": {dtypes, kinds, stages, caches,
+                  switches, full_trace}},
+      "suite": {"root": str (as given), "manifest_sha256": str | null, "cases": int},
+      "dtypes": [str],
+      "policy": {"k_half": float, "k_sqrt": float, "k_min": float, "floor_units": float,
+                 "float64": "case tolerance (case.json)"},
+      "summary": {"total": int, "pass": int, "fail": int, "error": int, "unsupported": int,
+                  "not_applicable": int},
+      "passed": bool,                       # no fail and no error
+      "results": [CaseResult]               # dtype-major, then case name
+    }
+
+    CaseResult = {"case", "group", "kind", "tier", "dtype", "status", "reason",
+                  "first_failure": null | {"stage", "layer", "output", "found_by": "isolation" | "end_to_end",
+                                           "note"},
+                  "outputs": [OutputResult], "stages": [StageResult], "seconds"?: float (only with timing)}
+    OutputResult = {"name", "stage", "status", "note",
+                    "comparison": null | {name, dtype, shape, size, max_abs, median_abs, max_rel, median_rel,
+                                          max_ulp, ref_max_abs, worst_index, worst_expected, worst_actual,
+                                          nan_mismatches, posinf_mismatches, neginf_mismatches, mismatches,
+                                          atol, rtol, error},
+                    "allowance": null | {"atol", "rtol", "rule", "detail", "judged", "reason"}}
+    StageResult = {"stage", "layer", "status", "note", "outputs": [OutputResult]}
+
+Non-finite numbers are written as the strings "inf", "-inf", "nan".  Nothing in the report depends
+on time or the machine unless timing is requested, so two runs of the same backend give
+byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pldr_ref.harness import tolerance
+from pldr_ref.harness.validate import CASE_STATUSES, CaseResult
+
+SCHEMA_VERSION = "pldr-ref-validation-report/1"
+
+
+def summarize(results: Iterable[CaseResult]) -> dict[str, int]:
+    """Counts per status plus ``total``."""
+    results = list(results)
+    out = {"total": len(results)}
+    out.update({s: sum(1 for r in results if r.status == s) for s in CASE_STATUSES})
+    return out
+
+
+def passed(results: Iterable[CaseResult]) -> bool:
+    """True when no case failed or errored."""
+    return all(r.status not in ("fail", "error") for r in results)
+
+
+def build_report(results: list[CaseResult], *, backend_spec: str, backend: Any, dtypes: list[str],
+                 suite_root: str, manifest_sha256: str | None, num_cases: int) -> dict[str, Any]:
+    """The JSON report document (see module docstring)."""
+    from pldr_ref import __version__
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "pldr_ref_version": __version__,
+        "backend": {"spec": backend_spec, "name": str(backend.name), "capabilities": backend.capabilities().to_dict()},
+        "suite": {"root": suite_root, "manifest_sha256": manifest_sha256, "cases": num_cases},
+        "dtypes": list(dtypes),
+        "policy": {"k_half": tolerance.K_HALF, "k_sqrt": tolerance.K_SQRT, "k_min": tolerance.K_MIN,
+                   "floor_units": tolerance.FLOOR_UNITS, "float64": "case tolerance (case.json)"},
+        "summary": summarize(results),
+        "passed": passed(results),
+        "results": [r.to_dict() for r in results],
+    }
+
+
+def dumps_report(report: Mapping[str, Any]) -> str:
+    """Canonical JSON text (sorted keys, no NaN literals, trailing newline)."""
+    return json.dumps(report, sort_keys=True, indent=1, allow_nan=False) + "\n"
+
+
+# ----------------------------------------------------------------------------- terminal table
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if math.isinf(x):
+        return "inf"
+    return f"{x:.2e}"
+
+
+def worst_output(result: CaseResult) -> tuple[str, float | None, float | None]:
+    """(name, normwise relative error, max ULPs) of the end-to-end output with the largest
+    error relative to its allowance (else the largest normwise error)."""
+    best: tuple[float, str, float | None, float | None] = (-1.0, "-", None, None)
+    for o in result.outputs:
+        c = o.comparison
+        if c is None or c.error is not None:
+            continue
+        atol = o.allowance.atol if o.allowance is not None else None
+        if c.class_mismatches:
+            score = math.inf
+        elif atol:
+            score = c.max_abs / (atol + (o.allowance.rtol or 0.0) * c.ref_max_abs)
+        else:
+            score = c.max_rel_normwise
+        if score > best[0]:
+            best = (score, o.name, c.max_rel_normwise, c.max_ulp)
+    return best[1], best[2], best[3]
+
+
+def table(results: list[CaseResult]) -> str:
+    """A readable fixed-width table: one row per case x dtype, then the summary."""
+    rows = [("STATUS", "DTYPE", "CASE", "WORST OUTPUT", "REL", "ULP", "FIRST FAILURE / REASON")]
+    for r in results:
+        name, rel, ulp = worst_output(r)
+        if r.first_failure:
+            f = r.first_failure
+            where = f["stage"] + (f" (layer {f['layer']})" if f["layer"] is not None else "")
+            note = f"{where} [{f['found_by']}]"
+        else:
+            note = r.reason
+        rows.append((r.status.upper(), r.dtype, r.case, name, _fmt(rel), "-" if ulp is None else f"{ulp:.0f}", note))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+             for row in rows]
+    s = summarize(results)
+    lines.append("")
+    lines.append(f"{s['total']} checks: {s['pass']} pass, {s['fail']} fail, {s['error']} error, "
+                 f"{s['unsupported']} unsupported, {s['not_applicable']} not applicable -> "
+                 + ("PASSED" if passed(results) else "FAILED"))
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- JUnit XML
+def _failure_text(r: CaseResult) -> str:
+    lines = []
+    for o in r.outputs:
+        if o.status in ("fail", "missing"):
+            c = o.comparison
+            if c is None:
+                lines.append(f"{o.name} [{o.stage}]: {o.note}")
+            else:
+                lines.append(f"{o.name} [{o.stage}]: max_abs {_fmt(c.max_abs)} > atol {_fmt(c.atol)} + rtol "
+                             f"{_fmt(c.rtol)}|golden|, {c.mismatches}/{c.size} mismatches, worst at "
+                             f"{c.worst_index} (got {c.worst_actual}, golden {c.worst_expected}), max ULP "
+                             f"{c.max_ulp:.0f}, NaN/+inf/-inf class mismatches {c.nan_mismatches}/"
+                             f"{c.posinf_mismatches}/{c.neginf_mismatches}")
+    for s in r.stages:
+        if s.status in ("fail", "error"):
+            bad = [o.name for o in s.outputs if o.status in ("fail", "missing")]
+            lines.append(f"isolated stage {s.label}: {s.status} {s.note} {' '.join(bad)}".rstrip())
+    return "\n".join(lines)
+
+
+def junit_xml(results: list[CaseResult], *, backend_name: str) -> str:
+    """JUnit XML: one ``testsuite`` per dtype, one ``testcase`` per case.
+
+    fail -> ``<failure>``, error -> ``<error>``, unsupported / not_applicable -> ``<skipped>``
+    (with the reason).  Attributes ``tests``, ``failures``, ``errors``, ``skipped`` are the counts.
+    """
+    root = ET.Element("testsuites", name=f"pldr-ref validate {backend_name}")
+    dtypes = list(dict.fromkeys(r.dtype for r in results))
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for dtype in dtypes:
+        rs = [r for r in results if r.dtype == dtype]
+        counts = {"tests": len(rs), "failures": sum(r.status == "fail" for r in rs),
+                  "errors": sum(r.status == "error" for r in rs),
+                  "skipped": sum(r.status in ("unsupported", "not_applicable") for r in rs)}
+        suite = ET.SubElement(root, "testsuite", name=f"pldr_ref.{backend_name}.{dtype}",
+                              **{k: str(v) for k, v in counts.items()})
+        for r in rs:
+            attrs = {"classname": f"pldr_ref.{backend_name}.{dtype}.{r.group}", "name": r.case}
+            if r.seconds is not None:
+                attrs["time"] = f"{r.seconds:.3f}"
+            tc = ET.SubElement(suite, "testcase", **attrs)
+            if r.status == "fail":
+                ET.SubElement(tc, "failure", message=r.reason, type="ToleranceExceeded").text = _failure_text(r)
+            elif r.status == "error":
+                ET.SubElement(tc, "error", message=r.reason, type="BackendError")
+            elif r.status in ("unsupported", "not_applicable"):
+                ET.SubElement(tc, "skipped", message=f"{r.status}: {r.reason}")
+        for k in totals:
+            totals[k] += counts[k]
+    for k, v in totals.items():
+        root.set(k, str(v))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
