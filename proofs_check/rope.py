@@ -10,7 +10,7 @@ from pldr_ref.rope import apply_rope
 from proofs_check.profiles import expect_counterexample, expect_violation, run_property
 from proofs_check.real_data import REAL_D_K, real_g_lm
 from proofs_check.registry import HYPOTHESIS, REAL_G_LM, THEOREM, Check
-from proofs_check.rounding import UNIT_ROUNDOFF
+from proofs_check.rounding import SUBNORMAL_FLOOR, UNIT_ROUNDOFF
 from proofs_check.strategies import reals, seeds
 from proofs_check.torus import J2, commutant_projection, plane_frequencies, rope_rotation, rot
 
@@ -156,7 +156,8 @@ def relative_run(profile: str) -> str:
     def prop(a: float, b: float, u: float, v: float, seed: int) -> None:
         g2 = a * np.eye(2) + b * J2
         lhs = rot(-u) @ g2 @ rot(v)
-        assert np.abs(lhs - g2 @ rot(v - u)).max() <= angle_atol(u, v) * 4 * (abs(a) + abs(b))
+        floor = 16 * SUBNORMAL_FLOOR  # a, b in the subnormal range lose relative accuracy in the products
+        assert np.abs(lhs - g2 @ rot(v - u)).max() <= angle_atol(u, v) * 4 * (abs(a) + abs(b)) + floor
         rng = np.random.default_rng(seed)
         layer, head = rng.integers(0, 5), rng.integers(0, 14)
         n, m = (int(x) for x in rng.integers(0, 2048, size=2))
@@ -194,5 +195,5 @@ CHECKS = (
           slack="rtol 1e-13 on ||[M,R]||_F = 2|sin theta| ||M - Pi M||_F", dropped="sin theta != 0"),
     Check("relative_position_of_commute", ("relative_position_of_commute",), "Prop. 4.1 (if) / Thm. 5.4(ii)",
           THEOREM, (HYPOTHESIS, REAL_G_LM), _EX, relative_run, relative_control,
-          slack="8u(1+|u|+|v|)||G|| (2x2); 8u(1+n+m) max row sum (d_k = 64)", dropped="G in the commutant"),
+          slack="8u(1+|u|+|v|)||G|| + 16 subnormal (2x2); 8u(1+n+m) max row sum (d_k = 64)", dropped="G in the commutant"),
 )

@@ -12,6 +12,10 @@ import numpy as np
 UNIT_ROUNDOFF: float = 2.0**-53
 
 
+#: Absolute error of one operation in the subnormal range, where relative bounds fail (below 2^-1022).
+SUBNORMAL_FLOOR: float = float(np.finfo(np.float64).smallest_subnormal)
+
+
 def gamma(n: int | float) -> float:
     """gamma(n) = n u / (1 - n u), the classical bound on n accumulated roundings (requires n u < 1)."""
     nu = float(n) * UNIT_ROUNDOFF

@@ -113,7 +113,8 @@ CHECKS = (
     Check("norm_one_sub_exp", ("norm_one_sub_exp",), "Lem. 5.9", THEOREM, (MPMATH, HYPOTHESIS), _EX,
           chord_run, chord_control, slack="mpmath 1e-45; float 4e3 u(1+|w|) away from 2 pi Z",
           dropped="the half angle (broken variant 2|sin w|)",
-          note="near w in 2 pi Z the float error u|w| of the argument dominates: relative accuracy is lost"),
+          note="float comparison only where |sin(w/2)| >= 1e-3 (rtol 4e3 u(1+|w|)); mpmath at 50 digits covers "
+          "every w"),
     Check("geom_orbit_bound", ("geom_orbit_bound",), "Lem. 5.9", THEOREM, (MPMATH, HYPOTHESIS, REAL_G_LM), _EX,
           orbit_run, orbit_control, slack="bound (1 + gamma(S+2)) + S u", dropped="sin(w/2) != 0"),
 )

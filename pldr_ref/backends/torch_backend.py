@@ -23,6 +23,7 @@ dependency (``pip install "pldr-ref[torch]"``); it is imported when the backend 
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Mapping
@@ -395,10 +396,8 @@ class TorchBackend:
     def attention_scores(self, q_rot: Any, g_lm: Any, k_rot: Any) -> Any:
         """Sc = (Q~ G) K~^T / sqrt(d_k); G per head [B|1, H, d, d] or per row [B, H, S, d, d]."""
         torch = self.torch
-        if g_lm.dim() == 5:
-            qg = torch.matmul(q_rot[..., None, :], g_lm)[..., 0, :]
-        else:
-            qg = torch.matmul(q_rot, g_lm)
+        # one operator per head, or (cumulative Gram) one per query row
+        qg = torch.matmul(q_rot[..., None, :], g_lm)[..., 0, :] if g_lm.dim() == 5 else torch.matmul(q_rot, g_lm)
         return torch.matmul(qg, k_rot.transpose(-1, -2)) / math.sqrt(q_rot.shape[-1])
 
     def mask_constant(self, config: Any, dt: Any) -> float:
@@ -582,10 +581,7 @@ class TorchBackend:
         trace["logits"] = self.lm_head(P, x)
         all_pad = pad if kv is None else torch.cat([kv["key_padding"], pad], dim=1)
         new_kv = {"layers": new_layers, "key_padding": all_pad}
-        if cumulative:
-            out_g = None
-        else:
-            out_g = g_cache if g_cache is not None else new_g
+        out_g = None if cumulative else (g_cache if g_cache is not None else new_g)
         return trace, new_kv, out_g
 
     # ------------------------------------------------------------------ case runners
@@ -608,7 +604,8 @@ class TorchBackend:
         return {f"layers.{li}.{n}": v for n, v in t.items()}
 
     def decode(self, P: Mapping[str, Any], config: Any, prompt: np.ndarray, chunks: list[np.ndarray], mode: str,
-               full_mask: np.ndarray | None = None, initial_g: Any = None) -> tuple[dict, list, dict | None, list | None]:
+               full_mask: np.ndarray | None = None,
+               initial_g: Any = None) -> tuple[dict, list, dict | None, list | None]:
         """Prefill on ``prompt`` then one call per chunk of new tokens in cache ``mode`` (spec §8.1-§8.2).
 
         Returns (prefill trace, [(step trace, logits of the new rows)], final KV cache, final G cache).
@@ -654,7 +651,7 @@ class TorchBackend:
         P = self.params(case.params, dt)
         prompt, new = np.asarray(inputs["prompt_ids"]), np.asarray(inputs["new_ids"])
         bounds = np.cumsum([0, *[int(n) for n in args["step_sizes"]]])
-        chunks = [new[:, a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        chunks = [new[:, a:b] for a, b in itertools.pairwise(bounds)]
         init = self.tensor(inputs["initial_G_LM"], dt) if "initial_G_LM" in inputs else None
         prefill, steps, kv, g = self.decode(P, c, prompt, chunks, args["mode"], inputs.get("attention_mask"), init)
         out = {f"prefill.{k}": v for k, v in prefill.items()}

@@ -68,12 +68,16 @@ def parse_dtypes(values: list[str] | None, declared: tuple[str, ...]) -> list[st
 
 def load_suite(root: Path, groups: list[str] | None, pattern: str | None) -> list[Any]:
     """Every case of the suite under ``root`` (hash-checked), filtered by group and name pattern."""
-    from pldr_ref.fixtures.case import iter_cases
+    from pldr_ref.fixtures.case import case_dirs, load_case
 
     if not root.is_dir():
         raise ValueError(f"golden suite folder {root} does not exist (build it with `pldr-ref golden build`)")
     rx = re.compile(pattern) if pattern else None
-    cases = [c for c in iter_cases(root, groups=groups) if rx is None or rx.search(c.name)]
+    cases = []
+    for d in case_dirs(root):  # filter on the folder name first: loading a case reads and hashes its tensors
+        name = f"{d.parent.name}/{d.name}"
+        if (groups is None or d.parent.name in groups) and (rx is None or rx.search(name)):
+            cases.append(load_case(d))
     if not cases:
         raise ValueError(f"no cases selected under {root}")
     return cases

@@ -4,7 +4,8 @@ Registered under the ``pytest11`` entry point (``pldr_ref = pldr_ref.harness.pyt
 is active wherever pldr-ref is installed; without ``--pldr-backend`` it adds nothing.
 
 Options: ``--pldr-backend MODULE:ATTR``; ``--pldr-dtype DTYPE`` (repeatable or comma-separated;
-default: every dtype the backend declares); ``--pldr-suite default|DIR``; ``--pldr-no-isolation``.
+default: every dtype the backend declares); ``--pldr-suite default|DIR``; ``--pldr-select REGEX``
+(load only matching cases); ``--pldr-no-isolation``.
 One test per case x dtype, named ``<group>.<case>[<dtype>]`` and marked ``pldr_ref`` (select only
 them with ``-m pldr_ref``).  A failing case fails with the harness's diagnosis (first failing stage,
 worst tensors); an unsupported or not-applicable case is skipped with its reason (see ``-rs``).
@@ -28,6 +29,8 @@ def pytest_addoption(parser: Any) -> None:
                     help="dtype(s) to validate (default: every dtype the backend declares)")
     group.addoption("--pldr-suite", action="store", default="default", metavar="DIR",
                     help="golden suite folder ('default': the committed golden/ of pldr-ref)")
+    group.addoption("--pldr-select", action="store", default=None, metavar="REGEX",
+                    help="load only the golden cases whose name matches REGEX (faster than -k on a large suite)")
     group.addoption("--pldr-no-isolation", action="store_true", default=False,
                     help="compare end to end only (no stage isolation)")
 
@@ -57,10 +60,10 @@ class PldrCaseItem(pytest.Item):
         if self.result.status in ("unsupported", "not_applicable"):
             pytest.skip(f"{self.result.status}: {self.result.reason}")
         if self.result.status in ("fail", "error"):
-            raise PldrCaseFailure(self.result)
+            raise PldrCaseError(self.result)
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> str:
-        if isinstance(excinfo.value, PldrCaseFailure):
+        if isinstance(excinfo.value, PldrCaseError):
             return excinfo.value.describe()
         return super().repr_failure(excinfo)
 
@@ -68,7 +71,7 @@ class PldrCaseItem(pytest.Item):
         return f"golden/{self.case.name}", 0, f"{self.case.name} [{self.dtype}]"
 
 
-class PldrCaseFailure(Exception):
+class PldrCaseError(Exception):
     """A case failed or errored; carries the harness result."""
 
     def __init__(self, result: Any) -> None:
@@ -107,7 +110,7 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
     try:
         backend = load_backend(spec)
         dtypes = parse_dtypes(config.getoption("--pldr-dtype"), backend.capabilities().dtypes)
-        cases = load_suite(suite_root(config.getoption("--pldr-suite")), None, None)
+        cases = load_suite(suite_root(config.getoption("--pldr-suite")), None, config.getoption("--pldr-select"))
     except ValueError as exc:
         raise pytest.UsageError(f"--pldr-backend: {exc}") from exc
     setattr(config, _BACKEND_KEY, backend)

@@ -132,7 +132,7 @@ def baseline_allowance(dtype: str, golden: np.ndarray, baseline_max_abs: float |
                                                 "floor": floor, "source": source})
 
 
-def output_allowance(case: Any, name: str, dtype: str, golden: np.ndarray, baseline: float | None | str,
+def output_allowance(case: Any, name: str, dtype: str, golden: np.ndarray, baseline: float | str | None,
                      *, source: str = "case.json") -> Allowance:
     """The allowance for output ``name`` of ``case`` computed in ``dtype``.
 

@@ -1,0 +1,54 @@
+"""Mutation suite: every deliberately broken torch backend is flagged and localized to its stage,
+while the unmutated backend passes the same case (the harness's negative controls)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="the mutants are variants of the torch backend")
+
+from pldr_ref.harness.mutants import MUTATIONS, markdown, run_mutations  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "mutations.md"
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    return {o.mutation.backend.__name__: o for o in run_mutations()}
+
+
+def test_at_least_eleven_distinct_mutants():
+    assert len(MUTATIONS) >= 11
+    assert len({m.backend for m in MUTATIONS}) == len(MUTATIONS)
+    assert len({m.expected_stage for m in MUTATIONS}) >= 8
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.backend.__name__)
+def test_mutant_is_flagged_and_localized(outcomes, mutation):
+    o = outcomes[mutation.backend.__name__]
+    print(f"{mutation.backend.__name__}: caught at {o.caught_stage} (layer {o.caught_layer}, {o.found_by}, "
+          f"{o.output}); expected {mutation.expected_stage}")
+    assert o.control_status == "pass", "the unmutated backend must pass this case"
+    assert o.status == "fail"
+    assert o.caught_stage == mutation.expected_stage, (o.caught_stage, o.found_by, o.output)
+
+
+def test_mask_overflow_mutant_is_invisible_in_float64():
+    """The float16 mutant only bites where -1e9 overflows: in float64 it passes (so the dtype matters)."""
+    from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
+    from pldr_ref.harness.mutants import Float16MaskOverflowMutant
+    from pldr_ref.harness.validate import validate_case
+
+    case = load_case(DEFAULT_GOLDEN_DIR / "layer" / "tiny_l1_mask_additive")
+    assert validate_case(Float16MaskOverflowMutant(device="cpu"), case, "float64").status == "pass"
+
+
+def test_mutation_report_is_up_to_date(outcomes):
+    """docs/mutations.md is exactly what `python -m pldr_ref.harness.mutants --markdown docs/mutations.md` writes."""
+    text = markdown([outcomes[m.backend.__name__] for m in MUTATIONS])
+    assert DOC.is_file(), f"{DOC} is missing: run python -m pldr_ref.harness.mutants --markdown docs/mutations.md"
+    assert DOC.read_text(encoding="utf-8") == text

@@ -1,0 +1,57 @@
+"""The pytest plugin: ``--pldr-backend`` turns golden cases into tests; without it the plugin adds nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = "pldr_ref.harness.pytest_plugin"
+
+
+def _entry_point_active() -> bool:
+    return any(ep.value == PLUGIN for ep in metadata.entry_points(group="pytest11"))
+
+
+def run_pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """pytest in an empty folder (so only plugin items or the given files are collected)."""
+    plugin = [] if _entry_point_active() else ["-p", PLUGIN]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "pytest", *plugin, "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+           *args]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_without_option_the_plugin_adds_nothing(tmp_path):
+    (tmp_path / "test_one.py").write_text("def test_one():\n    assert True\n")
+    r = run_pytest(tmp_path, "test_one.py")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 passed" in r.stdout
+
+
+def test_every_case_becomes_a_test_and_unsupported_is_a_visible_skip(tmp_path):
+    r = run_pytest(tmp_path, "--pldr-backend", "pldr_ref.backends.reference:ReferenceBackend", "--pldr-dtype",
+                   "float64,float32", "--pldr-select", "op/linear$|model/tiny_exact", "-rs")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 passed" in r.stdout and "2 skipped" in r.stdout  # the reference backend declares float64 only
+    assert "unsupported: dtype float32 not supported" in r.stdout
+
+
+def test_bad_backend_is_a_usage_error(tmp_path):
+    r = run_pytest(tmp_path, "--pldr-backend", "no_such_module:X")
+    assert r.returncode == 4, r.stdout + r.stderr  # pytest's usage-error exit code
+    assert "cannot import" in r.stdout + r.stderr
+
+
+@pytest.mark.torch
+def test_failing_backend_fails_with_the_diagnosis(tmp_path):
+    pytest.importorskip("torch")
+    r = run_pytest(tmp_path, "--pldr-backend", "pldr_ref.harness.mutants:NoScaleMutant", "--pldr-dtype", "float64",
+                   "--pldr-select", "model/tiny_exact")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "1 failed" in r.stdout and "attention_scores" in r.stdout

@@ -1,0 +1,176 @@
+"""Backend protocol, tolerance policy and verdict rules (no torch needed)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from pldr_ref.backends.numpy32 import Numpy32Backend
+from pldr_ref.backends.reference import ReferenceBackend
+from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
+from pldr_ref.harness import tolerance
+from pldr_ref.harness.localize import judge
+from pldr_ref.harness.protocol import Capabilities, Unsupported, load_backend, unsupported_reason
+from pldr_ref.harness.validate import validate, validate_case
+
+
+@pytest.fixture(scope="module")
+def tiny_case():
+    return load_case(DEFAULT_GOLDEN_DIR / "model" / "tiny_exact")
+
+
+# ----------------------------------------------------------------------------- loading
+class NotABackend:
+    name = "x"
+
+
+def test_load_backend_accepts_class_instance_and_factory(monkeypatch):
+    import pldr_ref.backends.reference as module
+
+    instance = ReferenceBackend()
+    monkeypatch.setattr(module, "INSTANCE", instance, raising=False)
+    monkeypatch.setattr(module, "make_backend", ReferenceBackend, raising=False)
+    monkeypatch.setattr(module, "NotABackend", NotABackend, raising=False)
+    assert isinstance(load_backend("pldr_ref.backends.reference:ReferenceBackend"), ReferenceBackend)
+    assert load_backend("pldr_ref.backends.reference:INSTANCE") is instance
+    assert isinstance(load_backend("pldr_ref.backends.reference:make_backend"), ReferenceBackend)
+    with pytest.raises(ValueError, match="lacks capabilities, run_case"):
+        load_backend("pldr_ref.backends.reference:NotABackend")
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("pldr_ref.backends.reference", "MODULE:ATTR"),
+    ("no.such.module:X", "cannot import"),
+    ("pldr_ref.backends.reference:Missing", "no attribute"),
+])
+def test_load_backend_errors_name_the_problem(spec, match):
+    with pytest.raises(ValueError, match=match):
+        load_backend(spec)
+
+
+def test_capabilities_reject_unknown_values():
+    with pytest.raises(ValueError, match="dtype"):
+        Capabilities(dtypes=("float8",), kinds=())
+    with pytest.raises(ValueError, match="cache"):
+        Capabilities(dtypes=("float64",), kinds=(), caches=("paged",))
+    with pytest.raises(ValueError, match="switch"):
+        Capabilities(dtypes=("float64",), kinds=(), switches={"colour": ("red",)})
+
+
+# ----------------------------------------------------------------------------- declared and runtime verdicts
+class LimitedBackend(ReferenceBackend):
+    """Reference numbers, but declares interleaved RoPE only and no stages."""
+
+    name = "limited"
+
+    def capabilities(self) -> Capabilities:
+        caps = super().capabilities()
+        return dataclasses.replace(caps, stages=(), switches={"rope_layout": ("half",)})
+
+
+class RaisingBackend(ReferenceBackend):
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def run_case(self, case, dtype):
+        raise self.exc
+
+
+class PrimaryOnlyBackend(ReferenceBackend):
+    """Returns only the logits and declares full_trace=False; ``drop_logits`` also drops them."""
+
+    def __init__(self, drop_logits: bool = False) -> None:
+        self.drop_logits = drop_logits
+
+    def capabilities(self) -> Capabilities:
+        return dataclasses.replace(super().capabilities(), full_trace=False)
+
+    def run_case(self, case, dtype):
+        out = super().run_case(case, dtype)
+        return {} if self.drop_logits else {"logits": out["logits"]}
+
+
+def test_declared_switch_is_unsupported_with_reason(tiny_case):
+    why = unsupported_reason(LimitedBackend(), tiny_case, "float64")
+    assert why is not None and "rope_layout='interleaved'" in why
+    r = validate_case(LimitedBackend(), tiny_case, "float64")
+    assert r.status == "unsupported" and "rope_layout" in r.reason
+
+
+def test_runtime_unsupported_and_crash_are_distinct_verdicts(tiny_case):
+    r = validate_case(RaisingBackend(Unsupported("no G cache here")), tiny_case, "float64")
+    assert (r.status, r.reason) == ("unsupported", "no G cache here")
+    r = validate_case(RaisingBackend(RuntimeError("boom")), tiny_case, "float64")
+    assert r.status == "error" and "RuntimeError: boom" in r.reason
+
+
+def test_partial_trace_is_declared_and_primary_output_required(tiny_case):
+    r = validate_case(PrimaryOnlyBackend(), tiny_case, "float64", isolate=False)
+    assert r.status == "pass"
+    statuses = {o.name: o.status for o in r.outputs}
+    assert statuses["logits"] == "pass" and statuses["x0"] == "not_produced"
+    r = validate_case(PrimaryOnlyBackend(drop_logits=True), tiny_case, "float64", isolate=False)
+    assert r.status == "fail" and {o.name: o.status for o in r.outputs}["logits"] == "missing"
+
+
+def test_backend_without_isolation_is_reported_as_such(tiny_case):
+    r = validate_case(LimitedBackend(), tiny_case.__class__(**{**tiny_case.__dict__,
+                                                               "config": tiny_case.config.replace(rope_layout="half")}),
+                      "float64")
+    # the config says half (declared): it runs, but the golden numbers are interleaved ones -> fail,
+    # and the single stage row says isolation is unsupported
+    assert r.stages[0].status == "unsupported" and "no isolated stages" in r.stages[0].note
+
+
+# ----------------------------------------------------------------------------- tolerance policy
+def test_k_factors_follow_the_documented_rule():
+    assert tolerance.k_factor("bfloat16", 10_000) == tolerance.K_HALF
+    assert tolerance.k_factor("float16", 1) == tolerance.K_HALF
+    assert tolerance.k_factor("float32", 1) == tolerance.K_MIN
+    assert tolerance.k_factor("float32", 400) == pytest.approx(tolerance.K_SQRT * 20)
+    with pytest.raises(ValueError):
+        tolerance.k_factor("float64", 10)
+
+
+def test_baseline_allowance_and_not_judged_cases():
+    g = np.array([1.0, -4.0, 2.0])
+    a = tolerance.baseline_allowance("bfloat16", g, 0.01, 16, source="t")
+    floor = tolerance.FLOOR_UNITS * 2.0**-8 * 4.0  # u(bfloat16) = 2^-8
+    assert a.judged and a.atol == pytest.approx(tolerance.K_HALF * 0.01 + floor) and a.rtol == 0
+    n = tolerance.baseline_allowance("float16", g, None, 16, source="t")
+    assert not n.judged and "non-finite" in n.reason
+    b = tolerance.output_allowance(None, "mask", "float32", np.array([True]), 0.0)
+    assert (b.atol, b.rtol) == (0.0, 0.0)
+
+
+def test_float64_uses_the_case_tolerance(tiny_case):
+    atol, rtol = tiny_case.output_tolerance("logits")
+    a = tolerance.output_allowance(tiny_case, "logits", "float64", tiny_case.outputs["logits"], None)
+    assert (a.atol, a.rtol) == (atol, rtol)
+
+
+def test_judge_passes_inside_and_fails_outside_the_allowance():
+    g = np.linspace(-1, 1, 50)
+    allow = tolerance.baseline_allowance("float32", g, 1e-7, 4, source="t")
+    inside = judge("t", "s", g, g + 0.5 * allow.atol, "float32", allow)
+    outside = judge("t", "s", g, g + 2.0 * allow.atol, "float32", allow)
+    nan = judge("t", "s", g, np.where(g > 0.9, np.nan, g), "float32", allow)
+    assert inside.status == "pass" and outside.status == "fail" and nan.status == "fail"
+    assert outside.comparison.mismatches == g.size and nan.comparison.nan_mismatches > 0
+
+
+# ----------------------------------------------------------------------------- numpy32
+def test_numpy32_passes_float32_and_declares_the_rest():
+    from pldr_ref.fixtures.case import iter_cases
+
+    cases = [c for c in iter_cases(DEFAULT_GOLDEN_DIR) if c.group in ("model", "layer", "g_mode", "op")]
+    results = validate(Numpy32Backend(), cases, ["float32", "bfloat16"])
+    f32 = {r.case: r for r in results if r.dtype == "float32"}
+    assert not [r.case for r in f32.values() if r.status in ("fail", "error")]
+    assert all(f32[c.name].status == "pass" for c in cases if c.kind in ("forward", "decoder_layer"))
+    assert all(f32[c.name].status == "unsupported" for c in cases if c.kind not in ("forward", "decoder_layer"))
+    assert all(r.status == "unsupported" and "bfloat16" in r.reason for r in results if r.dtype == "bfloat16")
+    stage_rows = [s for r in f32.values() for s in r.stages]
+    assert stage_rows and all(s.status == "unsupported" for s in stage_rows)
