@@ -20,7 +20,8 @@ class ForwardOutput:
     """Result of :func:`forward`: logits [B, S, V] and the trace of every stage.
 
     ``embed`` is the sqrt(d)-scaled embedding [B, S, d], ``x0`` the input-LayerNorm
-    output, ``layers[l]`` a :class:`LayerTrace`, ``positions`` the absolute positions [S].
+    output, ``layers[l]`` a :class:`LayerTrace` (empty when ``forward(..., keep_trace=False)``),
+    ``positions`` the absolute positions [S].
     """
 
     config: PLDRConfig
@@ -73,6 +74,7 @@ def forward(
     attention_mask: np.ndarray | None = None,
     pad_masking: bool = True,
     check_finite_values: bool = True,
+    keep_trace: bool = True,
 ) -> ForwardOutput:
     """Full forward map of PLDR-LLM in float64 (spec §2; paper eqs. 3.2-3.9).
 
@@ -80,6 +82,8 @@ def forward(
     come from ``attention_mask`` (HF, 1 = keep) when given, else from token id
     ``config.pad_id`` when ``pad_masking`` (native), else none.  Every stage is
     checked for NaN/inf (``FloatingPointError`` names the stage) unless disabled.
+    ``keep_trace=False`` drops each layer's trace once the next layer has its input (``layers`` is
+    then empty): the logits are identical, and memory stays O(B H S^2) for one layer instead of L.
     """
     if not isinstance(params, Params):
         raise TypeError(f"params must be a pldr_ref.Params, got {type(params).__name__}")
@@ -103,8 +107,10 @@ def forward(
             if check_finite_values:
                 for name, arr in t.items():
                     check_finite(f"layers.{i}.{name}", arr)
-            traces.append(t)
+            if keep_trace:
+                traces.append(t)
             x = t.out2
+            del t  # without a kept trace, this layer's [B, H, S, T] scores and E are freed here
         logits = lm_head(params, x)
     if check_finite_values:
         check_finite("logits", logits)

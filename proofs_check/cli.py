@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from proofs_check.profiles import PROFILES
+from proofs_check.registry import PROFILES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,6 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``prove``; returns the exit code."""
+    try:
+        import hypothesis  # noqa: F401
+    except ImportError:
+        print("pldr-ref prove needs hypothesis: pip install 'pldr-ref[test]'", file=sys.stderr)
+        return 2
     from proofs_check.registry import select
     from proofs_check.report import format_table, lean_rows, markdown, status_word, summary, timed_run
 

@@ -14,6 +14,7 @@ from pldr_ref.config import PLDRConfig
 from pldr_ref.glu import linear
 from pldr_ref.inference.modes import cache_gap, external_g_config
 from pldr_ref.model import forward
+from pldr_ref.order_parameter import order_parameter
 from pldr_ref.params import init_params, perturb_params, with_fixed_g
 from pldr_ref.rope import apply_rope
 from proofs_check.models import tiny_params, token_batch
@@ -150,7 +151,11 @@ def cache_scores_run(profile: str) -> str:
     cont = token_batch(6, 1, 3, params.config.vocab_size)
     gaps = {mode: cache_gap(params, prompt, cont, mode) for mode in ("kv+g", "g")}
     assert all(v <= CACHE_GAP_SLACK for v in gaps.values()), gaps
-    return detail + "; external real G_LM cache gaps " + ", ".join(f"{k}: {v:.1e}" for k, v in gaps.items())
+    # the hypothesis itself, measured: the order parameter of G_LM between two inputs is exactly 0 (Prop. 5.2(ii))
+    m = order_parameter(forward(params, prompt), forward(params, cont), tensors=("G_LM",))["G_LM"]
+    assert np.all(m == 0.0)
+    return detail + "; external real G_LM: m(G_LM) = 0, cache gaps " + ", ".join(
+        f"{k}: {v:.1e}" for k, v in gaps.items())
 
 
 def cache_scores_control(profile: str) -> str:
@@ -159,7 +164,9 @@ def cache_scores_control(profile: str) -> str:
     prompt = token_batch(5, 1, 5, params.config.vocab_size)
     cont = token_batch(6, 1, 3, params.config.vocab_size)
     gap = cache_gap(params, prompt, cont, "g")
-    return expect_violation(gap > 1e-6, f"learned-G cache gap {gap:.2e}")
+    m = order_parameter(forward(params, prompt), forward(params, token_batch(6, 1, 5, params.config.vocab_size)),
+                        tensors=("G_LM",))["G_LM"]
+    return expect_violation(gap > 1e-6 and bool(np.all(m > 0)), f"learned-G cache gap {gap:.2e}, m(G_LM) = {m}")
 
 
 def cache_rows_run(profile: str) -> str:
@@ -210,7 +217,8 @@ CHECKS = (
           ("pldr_ref.glu.linear",), absorb_affine_run, absorb_affine_control,
           slack="bitwise on integers; gamma(2n)(|X||W|+|b|)|G| on floats", dropped="bias transformed with G"),
     Check("cache_sufficiency_scores", ("cache_sufficiency_scores",), "Prop. 5.2(i)", THEOREM,
-          (HYPOTHESIS, REAL_G_LM), (*_EX, "pldr_ref.inference.modes.cache_gap"), cache_scores_run,
+          (HYPOTHESIS, REAL_G_LM),
+          (*_EX, "pldr_ref.inference.modes.cache_gap", "pldr_ref.order_parameter.order_parameter"), cache_scores_run,
           cache_scores_control, slack=f"bitwise (operator level); relative logit gap {CACHE_GAP_SLACK} (model level)",
           dropped="G = G_c (input-invariant operator)",
           note="model-level gap is rounding only: cached single-row steps and block recomputation reduce differently"),

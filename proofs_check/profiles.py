@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import strategies as st
 
-PROFILES = ("ci", "thorough")
+from proofs_check.registry import PROFILES
 
 _EXAMPLES = {"ci": 25, "thorough": 1000}
 # a negative control must find its counterexample reliably even in the ci profile

@@ -17,6 +17,9 @@ from collections.abc import Callable
 
 from proofs_check.catalog import LEAN_NAMES
 
+#: Run profiles (hypothesis settings per profile live in :mod:`proofs_check.profiles`).
+PROFILES = ("ci", "thorough")
+
 #: Epistemic labels (paper Section 1 conventions).
 THEOREM = "theorem"
 CONDITIONAL = "conditional theorem"

@@ -134,3 +134,12 @@ def test_negative_control_unscaled_scores_differ() -> None:
     rng = np.random.default_rng(0)
     q, kk, g = rng.standard_normal((1, 1, 3, 4)), rng.standard_normal((1, 1, 3, 4)), np.eye(4)[None, None]
     assert rel_diff(attention_scores(q, g, kk), q @ np.swapaxes(kk, -1, -2)) > 0.4
+
+
+def test_keep_trace_false_gives_the_same_logits() -> None:
+    cfg = config_from_shape({"num_heads": 2, "d_k": 4, "num_layers": 2})
+    params = model_params(cfg, 0)
+    ids = token_ids(cfg, 2, 5, 0)
+    full, light = forward(params, ids), forward(params, ids, keep_trace=False)
+    np.testing.assert_array_equal(light.logits, full.logits)
+    assert light.layers == () and len(full.layers) == 2

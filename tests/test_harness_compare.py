@@ -146,3 +146,26 @@ def test_identical_arrays_compare_equal_in_every_dtype():
         x = rng.standard_normal(100).astype(numpy_dtype(dtype)).astype(np.float64)
         c = compare_tensor("t", x, x, dtype, atol=0.0)
         assert c.max_abs == 0.0 and c.max_ulp == 0 and c.mismatches == 0
+
+
+# ----------------------------------------------------------------------------- properties
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+WIDTHS = {"float64": 64, "float32": 32, "float16": 16}
+
+
+@given(dtype=st.sampled_from(sorted(WIDTHS)), data=st.data(), k=st.integers(0, 60))
+def test_property_nextafter_shift_is_k_ulps(dtype, data, k):
+    fi = ml_dtypes.finfo(numpy_dtype(dtype))
+    big = float(fi.max)
+    x = data.draw(st.floats(-big, big, width=WIDTHS[dtype], allow_nan=False, allow_infinity=False))
+    arr = np.array([x]).astype(numpy_dtype(dtype))
+    direction = 1 if x < 0 else -1  # move towards zero: never overflows
+    y = shift(arr, direction * k, dtype)
+    assert ulp_distance(arr.astype(np.float64), y.astype(np.float64), dtype)[0] == k
+
+
+@given(i=st.integers(60, len(BF16) - 61), k=st.integers(-60, 60))
+def test_property_bfloat16_table_shift_is_k_ulps(i, k):
+    assert ulp_distance(BF16[i : i + 1], BF16[i + k : i + k + 1], "bfloat16")[0] == abs(k)

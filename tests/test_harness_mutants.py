@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the mutants are variants of the torch backend")
 
-from pldr_ref.harness.mutants import MUTATIONS, markdown, run_mutations  # noqa: E402
+from pldr_ref.harness.mutants import MUTATIONS, markdown, run_mutations
 
 pytestmark = pytest.mark.torch
 
@@ -18,7 +18,14 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "mutations.md"
 
 @pytest.fixture(scope="module")
 def outcomes():
-    return {o.mutation.backend.__name__: o for o in run_mutations()}
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: one thread avoids pool overhead
+    try:
+        yield {o.mutation.backend.__name__: o for o in run_mutations()}
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_at_least_eleven_distinct_mutants():

@@ -21,7 +21,8 @@ def _entry_point_active() -> bool:
 def run_pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """pytest in an empty folder (so only plugin items or the given files are collected)."""
     plugin = [] if _entry_point_active() else ["-p", PLUGIN]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "PLDR_REF_TORCH_THREADS": "1"}
     cmd = [sys.executable, "-m", "pytest", *plugin, "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
            *args]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

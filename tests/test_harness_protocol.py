@@ -174,3 +174,39 @@ def test_numpy32_passes_float32_and_declares_the_rest():
     assert all(r.status == "unsupported" and "bfloat16" in r.reason for r in results if r.dtype == "bfloat16")
     stage_rows = [s for r in f32.values() for s in r.stages]
     assert stage_rows and all(s.status == "unsupported" for s in stage_rows)
+
+
+# ----------------------------------------------------------------------------- localization without torch
+class WrongStageBackend(ReferenceBackend):
+    """Correct end to end, but its isolated ``ffn`` stage is off by 1e-6 (a bug only isolation can see)."""
+
+    def run_stage(self, request):
+        out = super().run_stage(request)
+        return {k: v + 1e-6 for k, v in out.items()} if request.stage == "ffn" else out
+
+
+class WrongOutputBackend(ReferenceBackend):
+    """Corrupts layer 1's softmax output (and everything after it) end to end; isolated stages are correct."""
+
+    def run_case(self, case, dtype):
+        out = super().run_case(case, dtype)
+        for k in out:
+            if k == "layers.1.E" or k.startswith(("layers.1.ctx", "layers.1.attn", "layers.1.out", "layers.1.ffn")) \
+                    or k == "logits":
+                out[k] = out[k] * (1 + 1e-6)
+        return out
+
+
+def test_isolation_finds_a_stage_bug_invisible_end_to_end(tiny_case):
+    r = validate_case(WrongStageBackend(), tiny_case, "float64")
+    assert r.status == "fail"
+    assert r.first_failure["stage"] == "ffn" and r.first_failure["layer"] == 0
+    assert r.first_failure["found_by"] == "isolation"
+    assert all(o.status == "pass" for o in r.outputs)
+
+
+def test_end_to_end_divergence_names_the_first_bad_output(tiny_case):
+    r = validate_case(WrongOutputBackend(), tiny_case, "float64")
+    assert r.status == "fail"
+    assert r.first_failure == {"stage": "masked_softmax", "layer": 1, "output": "layers.1.E", "found_by": "end_to_end",
+                               "note": ""}

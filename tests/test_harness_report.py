@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from pldr_ref.cli import main as cli_main
-from pldr_ref.harness.report import SCHEMA_VERSION
+from pldr_ref.harness.report import REPORT_JSON_SCHEMA, SCHEMA_VERSION, schema_errors
 
 REFERENCE = "pldr_ref.backends.reference:ReferenceBackend"
 TESTCASE_CHILDREN = {"failure", "error", "skipped", "system-out", "system-err", "properties"}
@@ -54,6 +54,17 @@ def test_reference_backend_report_schema_and_junit(tmp_path, capsys):
     assert run_cli("--backend", REFERENCE, "-k", "tiny", "--report", str(rep), "--junit", str(xml)) == 0
     data = json.loads(rep.read_text())
     assert data["schema_version"] == SCHEMA_VERSION
+    assert schema_errors(data) == []
+    broken = json.loads(rep.read_text())  # negative control: the checker sees a wrong status and a missing key
+    broken["results"][0]["status"] = "maybe"
+    del broken["results"][0]["outputs"][0]["comparison"]
+    assert len(schema_errors(broken)) == 2
+    try:  # the schema is standard JSON Schema where the validator package happens to be installed
+        import jsonschema
+    except ImportError:
+        jsonschema = None
+    if jsonschema is not None:
+        jsonschema.validate(data, REPORT_JSON_SCHEMA)
     assert set(data) >= {"backend", "suite", "dtypes", "policy", "summary", "passed", "results"}
     assert data["passed"] is True and data["summary"]["fail"] == 0
     assert data["summary"]["total"] == len(data["results"]) > 0
@@ -90,8 +101,7 @@ def test_unsupported_dtype_is_reported_not_skipped(tmp_path):
 
 
 @pytest.mark.torch
-def test_failing_backend_exit_1_with_failure_elements(tmp_path):
-    pytest.importorskip("torch")
+def test_failing_backend_exit_1_with_failure_elements(tmp_path, one_torch_thread):
     rep, xml = tmp_path / "r.json", tmp_path / "r.xml"
     code = run_cli("--backend", "pldr_ref.harness.mutants:NoScaleMutant", "--dtype", "float64", "-k",
                    "model/tiny_exact", "--report", str(rep), "--junit", str(xml))
@@ -106,11 +116,19 @@ def test_failing_backend_exit_1_with_failure_elements(tmp_path):
     assert "max_abs" in fail.text
 
 
+@pytest.fixture
+def one_torch_thread(monkeypatch):
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    monkeypatch.setenv("PLDR_REF_TORCH_THREADS", "1")
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.torch
-def test_same_backend_twice_gives_identical_reports(tmp_path):
-    pytest.importorskip("torch")
+def test_same_backend_twice_gives_identical_reports(tmp_path, one_torch_thread):
     args = ["--backend", "pldr_ref.backends.torch_backend:TorchBackend", "--dtype", "float64,bfloat16",
-            "-k", "tiny|op/", "--quiet"]
+            "-k", "model/tiny_exact|op/(linear|rope)|cache/tiny_kv_g|layer/tiny_l1", "--quiet"]
     outs = []
     for i in range(2):
         rep, xml = tmp_path / f"r{i}.json", tmp_path / f"r{i}.xml"

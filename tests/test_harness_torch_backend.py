@@ -29,8 +29,10 @@ CONFIGS = {
 
 
 @pytest.fixture(scope="module")
-def backend() -> TorchBackend:
-    return TorchBackend(device="cpu")
+def backend():
+    before = torch.get_num_threads()
+    yield TorchBackend(device="cpu", num_threads=1)  # tiny tensors: one thread avoids pool overhead
+    torch.set_num_threads(before)
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
@@ -185,3 +187,38 @@ def test_lower_precision_passes_under_the_policy(suite_results, dtype):
         if r.status == "not_applicable":
             notes = [o.note for o in r.outputs if o.status == "not_applicable"]
             assert notes and all(notes), r.case
+
+
+# ----------------------------------------------------------------------------- property: random small models
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def small_models(draw):
+    """Edge shapes: one head, d_k = 2, S = 1, B = 1, every switch."""
+    ml = draw(st.sampled_from(["v500", "v900"]))
+    cfg = PLDRConfig(
+        num_layers=draw(st.integers(1, 2)), num_heads=draw(st.integers(1, 2)), d_k=draw(st.sampled_from([2, 4])),
+        dff=draw(st.integers(1, 8)), A_dff=draw(st.integers(1, 5)), num_reslayerA=draw(st.integers(0, 2)),
+        num_denseA=draw(st.integers(1, 2)), vocab_size=16, max_seq_len=8,
+        A_dff_depth=draw(st.integers(1, 6)) if ml == "v900" else 0, metric_learner=ml,
+        rope_layout=draw(st.sampled_from(["interleaved", "half"])),
+        rope_precision=draw(st.sampled_from(["exact", "float32"])),
+        mask_mode=draw(st.sampled_from(["ideal", "additive", "finfo_min"])),
+        gram_mode=draw(st.sampled_from(["global", "cumulative"])),
+    )
+    b, s = draw(st.integers(1, 2)), draw(st.integers(1, 5))
+    ids = np.array(draw(st.lists(st.integers(0, 15), min_size=b * s, max_size=b * s))).reshape(b, s)
+    return cfg, draw(st.integers(0, 2**16)), ids
+
+
+@given(model=small_models())
+def test_property_torch_float64_matches_reference(backend, model):
+    cfg, seed, ids = model
+    params = perturb_params(init_params(cfg, seed), seed + 1)
+    ref = forward(params, ids, check_finite_values=False).flat()
+    got = backend.numpy_dict(backend.forward(backend.params(params, torch.float64), cfg, ids))
+    assert set(got) == set(ref)
+    for k, v in ref.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-9, atol=1e-10, err_msg=k)

@@ -8,7 +8,8 @@ is shared (parameter names of :func:`pldr_ref.params.param_shapes`, the case for
 
 * dtypes: float64, float32, bfloat16, float16 (parameters and inputs are rounded to the dtype;
   every op runs in it, except that the softmax of bfloat16/float16 runs in float32 as HF eager
-  does, and the RoPE angle table is built in float64 for ``rope_precision="exact"``);
+  does, A_LM and A_P of float16 run in float32 (float16 cannot hold eps_adj = 1e-9), and the RoPE
+  angle table is built in float64 for ``rope_precision="exact"``);
 * device: ``TorchBackend(device=...)``, else ``$PLDR_REF_TORCH_DEVICE``, else CUDA when present,
   else CPU;
 * every switch of :class:`~pldr_ref.config.PLDRConfig` (RoPE layouts and precisions, mask
@@ -55,6 +56,9 @@ STAGE_NAMES = (
     "post_attention_norm", "ffn", "post_ffn_norm", "lm_head",
 )
 
+#: Number of (parameters, dtype) conversions kept on the device.
+PARAMS_CACHE_SIZE = 4
+
 #: Cache modes of the ``cached_generation`` kind (spec §8.1-§8.2):
 #: name -> (KV cache, G cache, cached-step mask, HF cache_first_G, padding from token id).
 GENERATION_MODES = {
@@ -83,15 +87,23 @@ def import_torch() -> Any:
 
 
 class TorchBackend:
-    """PLDR-LLM in PyTorch (see module docstring).  ``device``: "cpu", "cuda", "cuda:1", ... or None (auto)."""
+    """PLDR-LLM in PyTorch (see module docstring).
+
+    ``device``: "cpu", "cuda", "cuda:1", ... or None (``$PLDR_REF_TORCH_DEVICE``, else CUDA when present,
+    else CPU).  ``num_threads`` (or ``$PLDR_REF_TORCH_THREADS``): calls ``torch.set_num_threads`` --
+    process-wide; 1 is much faster for the small fixture tensors on a busy CPU.
+    """
 
     name = "torch"
 
-    def __init__(self, device: str | None = None) -> None:
+    def __init__(self, device: str | None = None, num_threads: int | None = None) -> None:
         torch = import_torch()
         self.torch = torch
         dev = device or os.environ.get("PLDR_REF_TORCH_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
         self.device = torch.device(dev)
+        threads = num_threads if num_threads is not None else os.environ.get("PLDR_REF_TORCH_THREADS")
+        if threads:
+            torch.set_num_threads(int(threads))
         self._params_cache: dict[tuple[int, str], tuple[Params, dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------ protocol
@@ -223,6 +235,8 @@ class TorchBackend:
         if hit is not None and hit[0] is params:
             return hit[1]
         tensors = {name: self.tensor(arr, dt) for name, arr in params.items()}
+        if len(self._params_cache) >= PARAMS_CACHE_SIZE:  # a suite holds many models: keep the recent ones
+            self._params_cache.pop(next(iter(self._params_cache)))
         self._params_cache[key] = (params, tensors)
         return tensors
 

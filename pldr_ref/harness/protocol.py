@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
+import sys
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,7 +59,8 @@ class Capabilities:
     (``forward``, ``decoder_layer``, op names of ``pldr_ref.stages.OP_FUNCTIONS``, cache kinds);
     stages: ``pldr_ref.stages.FORWARD_STAGES`` names it can run in isolation; caches: subset of
     :data:`CACHE_FEATURES`; switches: PLDRConfig switch -> supported values (a switch absent
-    here means "every value"); full_trace: returns every trace entry, not only the primary outputs.
+    here means "every value"; G modes are declared as ``switches={"g_mode": (...)}``); full_trace:
+    returns every trace entry, not only the primary outputs.
     """
 
     dtypes: tuple[str, ...]
@@ -77,6 +80,13 @@ class Capabilities:
         bad = [s for s in self.switches if s not in SWITCHES]
         if bad:
             raise ValueError(f"Capabilities.switches has unknown switch(es) {bad}; known: {SWITCHES}")
+
+    @property
+    def g_modes(self) -> tuple[str, ...]:
+        """The G modes the backend supports (``switches["g_mode"]``, else every mode)."""
+        from pldr_ref.config import G_MODES
+
+        return tuple(self.switches.get("g_mode", G_MODES))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (for reports)."""
@@ -163,10 +173,13 @@ def case_cache_features(case: Any) -> tuple[str, ...]:
 
 def load_backend(spec: str) -> Any:
     """The backend named ``module:attr``: an instance is returned as is; a class or factory is called
-    with no arguments.  Raises ``ValueError`` with the reason if the name or the object is wrong."""
+    with no arguments.  The module is imported from the current folder or the Python path.  Raises
+    ``ValueError`` with the reason if the name or the object is wrong."""
     if not isinstance(spec, str) or spec.count(":") != 1:
         raise ValueError(f"backend must be given as MODULE:ATTR, got {spec!r}")
     module_name, attr = spec.split(":")
+    if os.getcwd() not in sys.path:  # like `python -m`: a backend module in the current folder is importable
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

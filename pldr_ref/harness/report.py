@@ -29,7 +29,8 @@ JSON schema (``schema_version`` = :data:`SCHEMA_VERSION`; documented in ``docs/b
                     "allowance": null | {"atol", "rtol", "rule", "detail", "judged", "reason"}}
     StageResult = {"stage", "layer", "status", "note", "outputs": [OutputResult]}
 
-Non-finite numbers are written as the strings "inf", "-inf", "nan".  Nothing in the report depends
+Non-finite numbers are written as the strings "inf", "-inf", "nan".  :data:`REPORT_JSON_SCHEMA` is
+the same schema as JSON Schema; :func:`schema_errors` checks a report against it.  Nothing in the report depends
 on time or the machine unless timing is requested, so two runs of the same backend give
 byte-identical files.
 """
@@ -46,6 +47,91 @@ from pldr_ref.harness import tolerance
 from pldr_ref.harness.validate import CASE_STATUSES, CaseResult
 
 SCHEMA_VERSION = "pldr-ref-validation-report/1"
+
+_NUM = {"type": ["number", "string", "null"]}  # non-finite numbers are the strings "inf", "-inf", "nan"
+_ALLOWANCE = {"type": ["object", "null"], "required": ["atol", "rtol", "rule", "detail", "judged", "reason"],
+              "properties": {"atol": _NUM, "rtol": _NUM, "rule": {"type": "string"}, "detail": {"type": "object"},
+                             "judged": {"type": "boolean"}, "reason": {"type": "string"}}}
+_COMPARISON = {"type": ["object", "null"],
+               "required": ["name", "dtype", "shape", "size", "max_abs", "median_abs", "max_rel", "median_rel",
+                            "max_ulp", "ref_max_abs", "worst_index", "worst_expected", "worst_actual",
+                            "nan_mismatches", "posinf_mismatches", "neginf_mismatches", "mismatches", "atol", "rtol",
+                            "error"],
+               "properties": {"shape": {"type": "array", "items": {"type": "integer"}}, "size": {"type": "integer"},
+                              "max_abs": _NUM, "median_abs": _NUM, "max_rel": _NUM, "median_rel": _NUM,
+                              "max_ulp": _NUM, "mismatches": {"type": "integer"},
+                              "nan_mismatches": {"type": "integer"}, "posinf_mismatches": {"type": "integer"},
+                              "neginf_mismatches": {"type": "integer"}}}
+_OUTPUT = {"type": "object", "required": ["name", "stage", "status", "comparison", "allowance", "note"],
+           "properties": {"name": {"type": "string"}, "stage": {"type": ["string", "null"]},
+                          "status": {"enum": ["pass", "fail", "not_applicable", "missing", "not_produced"]},
+                          "comparison": _COMPARISON, "allowance": _ALLOWANCE, "note": {"type": "string"}}}
+_STAGE = {"type": "object", "required": ["stage", "layer", "status", "note", "outputs"],
+          "properties": {"stage": {"type": "string"}, "layer": {"type": ["integer", "null"]},
+                         "status": {"enum": ["pass", "fail", "unsupported", "error", "not_applicable"]},
+                         "note": {"type": "string"}, "outputs": {"type": "array", "items": _OUTPUT}}}
+_RESULT = {"type": "object",
+           "required": ["case", "group", "kind", "tier", "dtype", "status", "reason", "first_failure", "outputs",
+                        "stages"],
+           "properties": {"status": {"enum": list(CASE_STATUSES)}, "dtype": {"type": "string"},
+                          "first_failure": {"type": ["object", "null"],
+                                            "required": ["stage", "layer", "output", "found_by", "note"]},
+                          "outputs": {"type": "array", "items": _OUTPUT},
+                          "stages": {"type": "array", "items": _STAGE}, "seconds": {"type": "number"}}}
+
+#: JSON Schema (draft 2020-12) of the report: machine-readable form of the module docstring.
+REPORT_JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "pldr-ref validation report",
+    "type": "object",
+    "required": ["schema_version", "pldr_ref_version", "backend", "suite", "dtypes", "policy", "summary", "passed",
+                 "results"],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "pldr_ref_version": {"type": "string"},
+        "backend": {"type": "object", "required": ["spec", "name", "capabilities"]},
+        "suite": {"type": "object", "required": ["root", "manifest_sha256", "cases"]},
+        "dtypes": {"type": "array", "items": {"type": "string"}},
+        "policy": {"type": "object", "required": ["k_half", "k_sqrt", "k_min", "floor_units", "float64"]},
+        "summary": {"type": "object", "required": ["total", *CASE_STATUSES]},
+        "passed": {"type": "boolean"},
+        "results": {"type": "array", "items": _RESULT},
+    },
+}
+
+_JSON_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+
+
+def schema_errors(doc: Any, schema: Mapping[str, Any] = REPORT_JSON_SCHEMA, path: str = "$") -> list[str]:
+    """Violations of the subset of JSON Schema used above (type, const, enum, required, properties,
+    items) -- enough to check a report without the ``jsonschema`` package.  Empty list = valid."""
+    errs: list[str] = []
+    types = schema.get("type")
+    if types is not None:
+        types = [types] if isinstance(types, str) else types
+        ok = False
+        for t in types:
+            if t == "integer":
+                ok |= isinstance(doc, int) and not isinstance(doc, bool)
+            elif t == "number":
+                ok |= isinstance(doc, (int, float)) and not isinstance(doc, bool)
+            else:
+                ok |= isinstance(doc, _JSON_TYPES[t])
+        if not ok:
+            return [f"{path}: expected {types}, got {type(doc).__name__}"]
+    if "const" in schema and doc != schema["const"]:
+        errs.append(f"{path}: expected {schema['const']!r}, got {doc!r}")
+    if "enum" in schema and doc not in schema["enum"]:
+        errs.append(f"{path}: {doc!r} not in {schema['enum']}")
+    if isinstance(doc, dict):
+        errs += [f"{path}: missing {k!r}" for k in schema.get("required", ()) if k not in doc]
+        for k, sub in schema.get("properties", {}).items():
+            if k in doc:
+                errs += schema_errors(doc[k], sub, f"{path}.{k}")
+    if isinstance(doc, list) and "items" in schema:
+        for i, item in enumerate(doc):
+            errs += schema_errors(item, schema["items"], f"{path}[{i}]")
+    return errs
 
 
 def summarize(results: Iterable[CaseResult]) -> dict[str, int]:

@@ -13,12 +13,14 @@ comes with its reason:
   atol = k x baseline + floor, rtol = 0, where baseline is the max abs error of a naive run of
   the reference in that dtype (``case.baselines``; computed here for op cases and isolated
   stages) and floor = :data:`FLOOR_UNITS` unit roundoffs of the dtype times max|golden|.
-  k = :data:`K_HALF` for bfloat16 / float16 (kernels accumulate in float32, so a real kernel adds
-  only the roundings after each op inside a stage, which the naive run skips: up to m ~ 26 in a
-  metric learner of two units, adding like sqrt(m) ~ 5, times FlashAttention's 2, rounded up to a
-  power of two) and k = :data:`K_SQRT` x sqrt(n)
-  (at least :data:`K_MIN`) for float32, whose kernels accumulate dot products of length n in
-  float32 (probabilistic error ~ sqrt(n) u, Higham & Mary 2019) while the naive run rounds once.
+  k = :data:`K_HALF` for bfloat16 / float16 and k = :data:`K_SQRT` x sqrt(n) (at least
+  :data:`K_MIN`) for float32.  Reasons (numbers in ``docs/tolerances.md``): the naive run rounds once
+  per stage, a real kernel after every op inside it (16-bit kernels accumulate in float32, so only
+  those roundings count; float32 kernels also accumulate length-n dot products in float32, error
+  ~ sqrt(n) u, Higham & Mary 2019); end to end, the backend's and the naive run's errors are two
+  independent realizations pushed through an amplifying chain (A_P = A_LM^P, softmax), so their
+  ratio has a heavy tail; k is twice the largest ratio measured on the suite, rounded up to a
+  power of two (FlashAttention's factor 2 on top of the measured spread).
 * Kinds whose naive run is not defined stage by stage (``cached_generation``, ``scoring_*``) have no
   low-precision baseline: their outputs are *not judged* below float64 (reported, never passed).
 * An output whose naive baseline is non-finite (the dtype over/underflows on this case) is *not
@@ -38,11 +40,11 @@ import numpy as np
 from pldr_ref.harness.compare import machine_epsilon, numpy_dtype
 
 #: k for bfloat16 and float16: bound of a real kernel's error in units of the naive stage-rounded run.
-K_HALF = 16.0
+K_HALF = 32.0
 #: float32: k = K_SQRT * sqrt(n) with n the longest dot product of the case ...
-K_SQRT = 4.0
+K_SQRT = 8.0
 #: ... but never below K_MIN.
-K_MIN = 8.0
+K_MIN = 16.0
 #: floor = FLOOR_UNITS unit roundoffs of the dtype times max|golden| (a few ulps of the output's scale).
 FLOOR_UNITS = 16.0
 
