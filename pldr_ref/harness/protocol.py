@@ -130,13 +130,15 @@ class Backend(Protocol):
 
 
 def primary_outputs(case: Any) -> tuple[str, ...]:
-    """Outputs every backend must produce for ``case``: ``logits`` (model-like kinds), the last
-    layer output ``layers.{l}.out2`` (decoder_layer), else every golden output."""
+    """Outputs every backend must produce for ``case``: the logits of every call (``forward``,
+    ``cached_generation``), the layer output ``layers.{l}.out2`` (``decoder_layer``), else every
+    golden output (op and scoring kinds)."""
     names = tuple(case.outputs)
-    if "logits" in names:
+    if case.kind in ("forward", "cached_generation"):
         return tuple(n for n in names if n == "logits" or n.endswith(".logits"))
-    outs = tuple(n for n in names if n.endswith(".out2"))
-    return outs or names
+    if case.kind == "decoder_layer":
+        return tuple(n for n in names if n.endswith(".out2"))
+    return names
 
 
 def unsupported_reason(backend: Any, case: Any, dtype: str) -> str | None:
