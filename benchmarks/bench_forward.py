@@ -2,15 +2,16 @@
 
 Runs ``forward`` of a preset (default ``"v510-110m"``, B = 1, S = 1024) in float64 and prints:
 
-* wall time (best and median of ``--repeats`` timed runs after one warm-up run; the pldr_ref, torch and
-  GEMM measurements are interleaved so that changes of machine load affect them alike);
+* wall time (best and median over ``--cycles`` x ``--repeats`` timed runs; each block of runs starts with
+  a warm-up run, and blocks of pldr_ref, torch and GEMM alternate so that load changes affect all alike);
 * the model's FLOP count (analytic: every matrix product actually computed, see :func:`forward_flops`)
   and the achieved GFLOP/s;
 * the machine's measured float64 GEMM rate (NumPy matmul at the model's FFN and projection shapes);
 * the time of a straightforward PyTorch float64 CPU implementation of the same model (written below,
   same parameters, same switches), when torch is importable, and the largest logit difference.
 
-Usage: ``python benchmarks/bench_forward.py [--preset v510-110m] [--batch 1] [--seq 1024] [--repeats 3]``.
+Usage: ``python benchmarks/bench_forward.py [--preset v510-110m] [--batch 1] [--seq 1024] [--repeats 2]
+[--cycles 2]``.
 To pin threads, set ``OPENBLAS_NUM_THREADS`` (NumPy's BLAS) in the environment and pass ``--torch-threads``.
 """
 
@@ -73,9 +74,8 @@ def gemm_rate(repeats: int = 5) -> float:
     return best
 
 
-def _time(fn, repeats: int, warm: bool = True) -> list[float]:
-    if warm:
-        fn()  # warm-up: page in buffers, load BLAS kernels
+def _time(fn, repeats: int) -> list[float]:
+    fn()  # warm-up: page in buffers, load BLAS kernels
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", default="v510-110m")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=2, help="timed runs per block (after one warm-up run)")
+    ap.add_argument("--cycles", type=int, default=2, help="alternating cycles of pldr_ref / torch / GEMM blocks")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
     ap.add_argument("--torch-threads", type=int, default=0,
                     help="torch.set_num_threads (default: torch's own; NumPy's BLAS follows OPENBLAS_NUM_THREADS)")
@@ -191,16 +192,15 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.torch_threads)
     weights = torch_weights(params) if torch is not None else None
 
-    # interleave the three measurements so that a change of machine load affects all of them alike
+    # Each cycle times back-to-back blocks (a warm-up run, then ``repeats`` timed runs) of every variant,
+    # so each is measured in its steady state; cycles alternate the variants so that a change of
+    # machine load affects all of them alike.  Best times over all cycles are reported.
     ours, light, theirs, rates = [], [], [], []
-    forward(params, ids)  # warm-up: page in buffers, load BLAS kernels
-    if torch is not None:
-        torch_forward(config, weights, ids)
-    for _ in range(args.repeats):
-        ours.extend(_time(lambda: forward(params, ids), 1, warm=False))
-        light.extend(_time(lambda: forward(params, ids, keep_trace=False), 1, warm=False))
+    for _ in range(args.cycles):
+        ours.extend(_time(lambda: forward(params, ids), args.repeats))
+        light.extend(_time(lambda: forward(params, ids, keep_trace=False), args.repeats))
         if torch is not None:
-            theirs.extend(_time(lambda: torch_forward(config, weights, ids), 1, warm=False))
+            theirs.extend(_time(lambda: torch_forward(config, weights, ids), args.repeats))
         rates.append(gemm_rate(repeats=3))
     best, rate = min(ours), max(rates)
     print(f"pldr_ref forward : best {best:.3f} s, median {statistics.median(ours):.3f} s over {len(ours)} runs "
