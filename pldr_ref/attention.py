@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from pldr_ref.constants import FINFO_MIN_F64, MASK_VALUE
+from pldr_ref.constants import EXP_ZERO_BELOW, FINFO_MIN_F64, MASK_VALUE
 
 MASK_MODES = ("ideal", "additive", "finfo_min")
 
@@ -79,7 +79,8 @@ def masked_softmax(logits: np.ndarray, *, overwrite_input: bool = False) -> np.n
 
     E_ij = exp(l_ij - m_i) / sum_j exp(l_ij - m_i) with m_i = max_j l_ij.
     -inf entries get exactly 0.  A row that is entirely -inf (every key masked in
-    ``ideal`` mode) is defined as all zeros, the FlashAttention convention, instead of NaN.
+    ``ideal`` mode) is defined as all zeros, the FlashAttention convention, instead of NaN;
+    a NaN logit makes its whole row NaN.
     ``overwrite_input=True`` lets the function reuse the float64 ``logits`` buffer for the
     result (the values are identical; it only saves one [B, H, S, T] allocation).
     """
@@ -87,10 +88,14 @@ def masked_softmax(logits: np.ndarray, *, overwrite_input: bool = False) -> np.n
     m = np.max(logits, axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
     e = np.subtract(logits, m, out=logits if overwrite_input else None)
-    np.exp(e, out=e)
+    # exp(e) for e > EXP_ZERO_BELOW; the other entries (masked keys: -inf or ~ -1e9) are exactly 0.0,
+    # which max(e, 0) gives them.  Bit-identical to np.exp(e) everywhere, and NaN still propagates.
+    np.exp(e, out=e, where=e > EXP_ZERO_BELOW)
+    np.maximum(e, 0.0, out=e)
     z = np.sum(e, axis=-1, keepdims=True)
-    # z == 0 only when every exp in the row is 0 (fully masked): the row is left at zeros
-    np.divide(e, z, out=e, where=z > 0)
+    # z == 0 only when every exp in the row is 0 (fully masked): dividing by 1 leaves that row at zeros;
+    # a NaN anywhere in the row makes z NaN and the whole row NaN (never a silent zero row)
+    np.divide(e, np.where(z == 0, 1.0, z), out=e)
     return e
 
 

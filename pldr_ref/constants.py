@@ -31,5 +31,9 @@ PAD_ID: int = 0
 #: HF label value ignored by its cross-entropy.
 HF_IGNORE_INDEX: int = -100
 
+#: exp(x) is exactly +0.0 in float64 for every x <= EXP_ZERO_BELOW (exp(-746) ~ 0.42 * 2^-1075 rounds to 0).
+#: The softmax skips exp for such entries: NumPy's SIMD exp falls back to a slow path for them.
+EXP_ZERO_BELOW: float = -746.0
+
 #: torch.finfo(float64).min, the HF eager mask value for a float64 model.
 FINFO_MIN_F64: float = float(np.finfo(np.float64).min)

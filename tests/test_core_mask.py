@@ -155,3 +155,47 @@ def test_negative_control_naive_softmax_fails_on_large_scores() -> None:
     assert np.isnan(naive).any()
     e = masked_softmax(sc)
     assert np.all(np.isfinite(e)) and abs(e.sum() - 1.0) <= 2 * EPS
+
+
+def _plain_softmax(logits: np.ndarray) -> np.ndarray:
+    """exp(l - m) / sum with every exp evaluated (the formula the fast path must reproduce bit for bit)."""
+    m = np.max(logits, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(logits - m)
+        z = e.sum(axis=-1, keepdims=True)
+        return e / np.where(z == 0, 1.0, z)
+
+
+@given(scale=st.sampled_from([1.0, 300.0, 745.0, 760.0]), fill=st.sampled_from([-np.inf, -1e9, -745.5, -746.0, -740.0]),
+       seed=st.integers(0, 999))
+def test_softmax_skipping_underflowing_exp_is_bit_exact(scale: float, fill: float, seed: int) -> None:
+    """Entries with l - m <= EXP_ZERO_BELOW skip exp (they are exactly 0.0 anyway): identical to the plain formula."""
+    rng = np.random.default_rng(seed)
+    x = scale * rng.standard_normal((2, 3, 40))
+    x[..., rng.random(40) < 0.4] = fill
+    x[0, 0] = fill  # a row made only of the fill value
+    got = masked_softmax(x)
+    want = _plain_softmax(x)
+    np.testing.assert_array_equal(got, want)
+    assert not np.signbit(got).any()
+
+
+def test_softmax_nan_row_is_all_nan() -> None:
+    """A NaN logit poisons its whole row (no silent zero or partial row); other rows are untouched."""
+    x = np.random.default_rng(0).standard_normal((1, 1, 3, 5))
+    x[0, 0, 1, 2] = np.nan
+    with np.errstate(invalid="ignore"):
+        e = masked_softmax(x)
+    assert np.isnan(e[0, 0, 1]).all()
+    assert np.isfinite(e[0, 0, [0, 2]]).all()
+
+
+def test_negative_control_zeroing_nan_rows_is_caught() -> None:
+    """The earlier convention (divide only where z > 0) silently zeroed a NaN row; the check above rejects it."""
+    x = np.array([[[[0.0, np.nan, 1.0]]]])
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - 1.0)
+        z = e.sum(-1, keepdims=True)
+        zeroed = np.divide(e, z, out=np.zeros_like(e), where=z > 0)
+    assert not np.isnan(zeroed[0, 0, 0]).all()
