@@ -7,13 +7,15 @@ For M in R^{d x d} and N = M o M (entrywise square, so N >= 0):
 * the training loss = CE + sum_X c_X mean_{l,b,h} D(X) over X in (A_LM, A_P, G_LM), with the
   TF-v500 coefficients (1e-3, 5e-3, 5e-3) or a PT-v510_dag coefficient list.
 
-Numerics.  For ||N||_inf <= :data:`TAYLOR_RADIUS` the series is summed directly: every term is
->= 0, so there is no cancellation, h keeps full relative accuracy down to tiny entries (h >= d eps^2
-for |M_ii| >= eps is resolved, where tr(expm(N)) - d would round to 0), and an acyclic pattern gives
-exactly 0 (the diagonals of N^k are exact zeros).  Otherwise the eigenvalues lambda_i of N are used:
-tr(expm(N)) = sum_i exp(lambda_i), and log tr(expm(N)) = m + log sum_i exp(lambda_i - m) with
-m = max Re lambda_i, so D never overflows (entries of order 1e3 give N of order 1e6).  h itself is
-returned as +inf when it exceeds the float64 range (it truly does there).
+Numerics.  h is computed as tr(F) with F = expm(N) - I by scaling and squaring on the
+nonnegative matrix N: the Taylor series of expm(N / 2^s) - I (every term >= 0), then s doublings
+F <- F F + 2 F (exact identity expm(2X) - I = (expm(X) - I)^2 + 2 (expm(X) - I)).  Every operation
+adds and multiplies nonnegative numbers, so there is no cancellation: h >= 0 always, h keeps full
+relative accuracy down to tiny entries (h >= d eps^2 for |M_ii| >= eps is resolved, where
+tr(expm(N)) - d would round to 0), and an acyclic pattern gives exactly 0 (diag(F) stays an exact
+zero).  Where h exceeds the float64 range it is returned as +inf (it truly does there) and
+log tr(expm(N)) comes from the eigenvalues lambda_i of N as the log-sum-exp m + log sum_i
+exp(lambda_i - m), m = max Re lambda_i, so D never overflows (entries of order 1e3 give N of order 1e6).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ PT_SAMPLE_DAG_COEFFS: tuple[float, float, float] = (0.05, 0.05, 0.05)
 #: Tensors the DAG loss regularises, in coefficient order.
 DAG_TENSORS = ("A_LM", "A_P", "G_LM")
 
-#: Largest ||M o M||_inf for which the Taylor series of h is summed directly.
+#: ||N 2^-s||_inf target of the scaling step before the Taylor series is summed.
 TAYLOR_RADIUS = 1.0
 
 #: Cap on Taylor terms: at ||N||_inf <= 1 the k-th term is <= d / k!, below 1e-30 d for k = 28.
@@ -59,75 +61,78 @@ def _check_square(m: np.ndarray) -> np.ndarray:
     return a
 
 
-def _taylor_h(n: np.ndarray) -> np.ndarray:
-    """sum_{k>=1} tr(N^k)/k! for N >= 0 with ||N||_inf <= TAYLOR_RADIUS; terms added until negligible."""
-    term = n
-    h = np.trace(n, axis1=-2, axis2=-1).copy()
+def _expm_minus_identity(n: np.ndarray) -> np.ndarray:
+    """F = expm(N) - I for N >= 0 [..., d, d] by nonnegative scaling and squaring (no cancellation).
+
+    N is scaled by 2^-s so that ||N 2^-s||_inf <= TAYLOR_RADIUS, the series sum_{k>=1} X^k / k! is summed
+    until the new term is negligible, then F <- F F + 2 F is applied s times.  Overflow gives +inf.
+    """
+    norm = np.max(np.sum(n, axis=-1), axis=-1)  # [...] per-block ||N||_inf
+    with np.errstate(divide="ignore"):
+        steps = np.where(norm <= TAYLOR_RADIUS, 0, np.ceil(np.log2(np.maximum(norm, 1e-300) / TAYLOR_RADIUS)))
+    steps = steps.astype(np.int64)  # per block, so a block's result does not depend on its batch-mates
+    x = np.ldexp(n, -steps[..., None, None])
+    term = x
+    f = x.copy()
+    tol = np.finfo(np.float64).eps * 2.0**-10
     for k in range(2, MAX_TAYLOR_TERMS + 1):
-        term = np.matmul(term, n) / k
-        t = np.trace(term, axis1=-2, axis2=-1)
-        h = h + t
-        if np.all(t <= np.finfo(np.float64).eps * 2.0**-10 * h):
+        term = np.matmul(term, x) / k
+        f = f + term
+        # per-block stop (zero further terms), so a block's result does not depend on its batch-mates
+        done = np.all(term <= tol * f, axis=(-2, -1))
+        if np.all(done):
             break
-    return h
+        term = np.where(done[..., None, None], 0.0, term)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(int(steps.max(initial=0))):
+            f = np.where((i < steps)[..., None, None], np.matmul(f, f) + 2.0 * f, f)
+    return np.where(np.isnan(f), np.inf, f)
 
 
-def _small(n: np.ndarray) -> np.ndarray:
-    """Mask [...] of blocks in the Taylor regime."""
-    return np.max(np.sum(np.abs(n), axis=-1), axis=-1) <= TAYLOR_RADIUS
+def _h_nonneg(n: np.ndarray) -> np.ndarray:
+    """sum_{k>=1} tr(N^k)/k! = tr(expm(N) - I) for N >= 0, per block; +inf beyond float64."""
+    return np.trace(_expm_minus_identity(n), axis1=-2, axis2=-1)
 
 
 def notears_h(m: np.ndarray) -> np.ndarray:
     """h(M) = tr(expm(M o M)) - d per block, [..., d, d] -> [...] (NOTEARS; paper §4.3).
 
-    Exactly 0 for an acyclic pattern in the Taylor regime and, for triangular patterns, in the
-    eigenvalue regime (LAPACK returns the diagonal exactly); +inf where h exceeds float64.
+    Always >= 0, exactly 0 for an acyclic pattern, +inf where h exceeds float64 (module docstring).
     """
-    a = _check_square(m)
-    n = hadamard_square(a)
-    small = _small(n)
-    out = np.empty(a.shape[:-2])
-    if np.any(small):
-        out[small] = _taylor_h(n[small])
-    if not np.all(small):
-        # h = d (exp(log tr - log d) - 1): exact 0 when the eigenvalues are 0, +inf beyond float64
-        with np.errstate(over="ignore"):
-            out[~small] = a.shape[-1] * np.expm1(log_trace_expm(a[~small]) - math.log(a.shape[-1]))
-    return out
+    return _h_nonneg(hadamard_square(_check_square(m)))
 
 
 def log_trace_expm(m: np.ndarray) -> np.ndarray:
-    """log tr(expm(M o M)) per block without overflow: log(d + h) in the Taylor regime, else the
+    """log tr(expm(M o M)) per block without overflow: log(d) + log1p(h/d) where h is finite, else the
     eigenvalue log-sum-exp m + log sum_i exp(lambda_i - m)."""
     a = _check_square(m)
     d = a.shape[-1]
     n = hadamard_square(a)
-    small = _small(n)
+    h = _h_nonneg(n)
+    finite = np.isfinite(h)
     out = np.empty(a.shape[:-2])
-    if np.any(small):
-        out[small] = math.log(d) + np.log1p(_taylor_h(n[small]) / d)
-    if not np.all(small):
-        lam = np.linalg.eigvals(n[~small])
+    out[finite] = math.log(d) + np.log1p(h[finite] / d)
+    if not np.all(finite):
+        lam = np.linalg.eigvals(n[~finite])
         top = np.max(lam.real, axis=-1)
-        out[~small] = top + np.log(np.sum(np.exp(lam - top[..., None]), axis=-1).real)
+        out[~finite] = top + np.log(np.sum(np.exp(lam - top[..., None]), axis=-1).real)
     return out
 
 
 def dag_loss(m: np.ndarray) -> np.ndarray:
     """The implemented per-block loss D(M) = |log(tr(expm(M o M)) / d)| = log1p(h(M)/d), [..., d, d] -> [...].
 
-    In the Taylor regime it is computed as log1p(h/d) (accurate for tiny h); otherwise as
+    Computed as log1p(h/d) (accurate for tiny h) where h is finite; otherwise as
     |log tr(expm(M o M)) - log d| from the eigenvalue log-sum-exp (finite for entries ~1e3).
     """
     a = _check_square(m)
     d = a.shape[-1]
-    n = hadamard_square(a)
-    small = _small(n)
+    h = _h_nonneg(hadamard_square(a))
+    finite = np.isfinite(h)
     out = np.empty(a.shape[:-2])
-    if np.any(small):
-        out[small] = np.log1p(_taylor_h(n[small]) / d)
-    if not np.all(small):
-        out[~small] = np.abs(log_trace_expm(a[~small]) - math.log(d))
+    out[finite] = np.log1p(h[finite] / d)
+    if not np.all(finite):
+        out[~finite] = np.abs(log_trace_expm(a[~finite]) - math.log(d))
     return out
 
 
