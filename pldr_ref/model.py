@@ -66,6 +66,29 @@ def check_finite(name: str, arr: np.ndarray | None) -> None:
         raise FloatingPointError(f"stage {name!r} produced {n_nan} NaN and {n_inf} inf values")
 
 
+def sequence_mask(
+    config: PLDRConfig,
+    ids: np.ndarray,
+    *,
+    start_pos: int = 0,
+    attention_mask: np.ndarray | None = None,
+    pad_masking: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Absolute positions [S] and the causal + padding mask [B|1, 1, S, S] of a full-sequence call (spec §7.1-§7.2).
+
+    Padding keys come from ``attention_mask`` (HF, 1 = keep) when given, else from token id
+    ``config.pad_id`` when ``pad_masking`` (native), else none.
+    """
+    positions = np.arange(start_pos, start_pos + ids.shape[1])
+    if attention_mask is not None:
+        key_padding = validate_attention_mask(attention_mask, ids.shape)
+    elif pad_masking:
+        key_padding = ids == config.pad_id
+    else:
+        key_padding = None
+    return positions, causal_padding_mask(positions, positions, key_padding)
+
+
 def forward(
     params: Params,
     token_ids: np.ndarray,
@@ -89,14 +112,8 @@ def forward(
         raise TypeError(f"params must be a pldr_ref.Params, got {type(params).__name__}")
     c = params.config
     ids = validate_token_ids(token_ids, c, start_pos)
-    positions = np.arange(start_pos, start_pos + ids.shape[1])
-    if attention_mask is not None:
-        key_padding = validate_attention_mask(attention_mask, ids.shape)
-    elif pad_masking:
-        key_padding = ids == c.pad_id
-    else:
-        key_padding = None
-    mask = causal_padding_mask(positions, positions, key_padding)
+    positions, mask = sequence_mask(c, ids, start_pos=start_pos, attention_mask=attention_mask,
+                                    pad_masking=pad_masking)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         x_embed = embed(params, ids)
         x = layer_norm(x_embed, params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"], c.eps_ln)
