@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -60,6 +61,10 @@ class LayerTrace:
         return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if getattr(self, f.name) is not None]
 
 
+def _keep(a: np.ndarray) -> np.ndarray:
+    return a
+
+
 #: Trace names of a layer in forward (stage) order.
 LAYER_STAGES = tuple(f.name for f in dataclasses.fields(LayerTrace))
 
@@ -76,6 +81,7 @@ def decoder_layer(
     frozen_A: np.ndarray | None = None,
     frozen_G: tuple[np.ndarray | None, np.ndarray | None, np.ndarray] | None = None,
     gram_offset: np.ndarray | None = None,
+    round_to: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> LayerTrace:
     """Y = MHA_PLGA(X); O1 = LN1(Y + X); O2 = LN2(FFN(O1) + O1) (spec §2.3).
 
@@ -84,22 +90,25 @@ def decoder_layer(
     and ``past_v`` [B, H, T0, d_k] are prepended; ``frozen_A`` replaces the metric learner
     output (KV cache); ``frozen_G`` = (A_LM, A_P, G_LM) replaces PLGA (G cache).
     ``gram_offset`` [B, H, d_k, d_k] is the Gram of earlier rows for the cumulative mode.
+    ``round_to`` (default: none) rounds every stage output, the cached inputs and the masked logits
+    (a naive low-precision run, as the fixture baselines use); it never changes the float64 path.
     """
     c = config
     h = c.num_heads
-    q = split_heads(linear(x, lp.wq, lp.bq), h)
-    k = split_heads(linear(x, lp.wk, lp.bk), h)
-    v = np.ascontiguousarray(split_heads(linear(x, lp.wv, lp.bv), h))  # contiguous heads for the E V GEMMs
+    r = _keep if round_to is None else round_to
+    q = r(split_heads(linear(x, lp.wq, lp.bq), h))
+    k = r(split_heads(linear(x, lp.wk, lp.bk), h))
+    v = np.ascontiguousarray(r(split_heads(linear(x, lp.wv, lp.bv), h)))  # contiguous heads for the E V GEMMs
     rope = dict(layout=c.rope_layout, precision=c.rope_precision, base=c.rope_base)
-    q_rot = apply_rope(q, positions, **rope)
-    k_rot = apply_rope(k, positions, **rope)
+    q_rot = r(apply_rope(q, positions, **rope))
+    k_rot = r(apply_rope(k, positions, **rope))
     if past_k is not None:
-        k_rot = np.concatenate([past_k, k_rot], axis=2)
-        v = np.concatenate([past_v, v], axis=2)
+        k_rot = np.concatenate([r(past_k), k_rot], axis=2)
+        v = np.concatenate([r(past_v), v], axis=2)
 
     a0 = a = None
     if frozen_A is not None:
-        a = frozen_A
+        a = r(frozen_A)
     elif frozen_G is None or c.metric_learner != "none":
         if c.gram_mode == "cumulative":
             a0 = cumulative_density_operator(q_rot)
@@ -107,25 +116,26 @@ def decoder_layer(
                 a0 = a0 + gram_offset[:, :, None]
         else:
             a0 = density_operator(q_rot)
+        a0 = r(a0)
         if c.metric_learner != "none":
-            a = metric_learner(a0, lp, c.metric_learner, c.eps_ln)
+            a = r(metric_learner(a0, lp, c.metric_learner, c.eps_ln))
 
     if frozen_G is not None:
         a_lm, a_p, g_lm = frozen_G
     elif lp.plga is not None:
-        a_lm = metric_tensor(a, lp.plga.W, lp.plga.b, c.eps_adj)
-        a_p = potential_tensor(a_lm, lp.plga.P)
-        g_lm = energy_curvature(a_p, lp.plga.a, lp.plga.b_a)
+        a_lm = r(metric_tensor(a, lp.plga.W, lp.plga.b, c.eps_adj))
+        a_p = r(potential_tensor(a_lm, lp.plga.P))
+        g_lm = r(energy_curvature(a_p, lp.plga.a, lp.plga.b_a))
     else:
         a_lm = a_p = None
         g_lm = np.broadcast_to(lp.g_fixed, (x.shape[0], *lp.g_fixed.shape)).copy()
 
-    scores = attention_scores(q_rot, g_lm, k_rot)
-    logits = apply_mask(scores, mask, c.mask_mode, c.mask_value)
-    e = masked_softmax(logits, overwrite_input=logits is not scores)  # scores stay in the trace
-    ctx = merge_heads(mix_values(e, v))
-    attn_out = linear(ctx, lp.wo, lp.bo)
-    out1 = layer_norm(attn_out + x, lp.norm1.gamma, lp.norm1.beta, c.eps_ln)
-    ffn_out = glu(out1, lp.ffn)
-    out2 = layer_norm(ffn_out + out1, lp.norm2.gamma, lp.norm2.beta, c.eps_ln)
+    scores = r(attention_scores(q_rot, g_lm, k_rot))
+    logits = r(apply_mask(scores, mask, c.mask_mode, c.mask_value))
+    e = r(masked_softmax(logits, overwrite_input=logits is not scores))  # scores stay in the trace
+    ctx = r(merge_heads(mix_values(e, v)))
+    attn_out = r(linear(ctx, lp.wo, lp.bo))
+    out1 = r(layer_norm(attn_out + x, lp.norm1.gamma, lp.norm1.beta, c.eps_ln))
+    ffn_out = r(glu(out1, lp.ffn))
+    out2 = r(layer_norm(ffn_out + out1, lp.norm2.gamma, lp.norm2.beta, c.eps_ln))
     return LayerTrace(x, q, k, q_rot, k_rot, v, a0, a, a_lm, a_p, g_lm, scores, e, ctx, attn_out, out1, ffn_out, out2)
