@@ -1,7 +1,7 @@
 """The 79 Lean theorem names of PLDR-LLM-Math-Foundations, grouped by Lean file.
 
-``LEAN_NAMES`` is a committed copy so that the package works without ``../shared``;
-:func:`parse_catalog` reads the same list out of ``shared/spec/lean_catalog.md`` (section 2,
+``LEAN_NAMES`` is a committed copy kept in code;
+:func:`parse_catalog` reads the same list out of the bundled ``pldr_ref/resources/lean_catalog.md`` (section 2,
 ``### File.lean`` headings and ``- **name**`` bullets) and a test checks both agree.
 """
 
@@ -66,8 +66,10 @@ _NAME_BULLET = re.compile(r"^- \*\*(\w+)\*\*")
 
 
 def default_catalog_path() -> Path:
-    """``<repo>/../shared/spec/lean_catalog.md`` (the repository is ``X/main``, the shared tree ``X/shared``)."""
-    return Path(__file__).resolve().parents[1].parent / "shared" / "spec" / "lean_catalog.md"
+    """The bundled catalog (:func:`pldr_ref.resources.lean_catalog_path`)."""
+    from pldr_ref.resources import lean_catalog_path
+
+    return lean_catalog_path()
 
 
 def parse_catalog(path: str | Path | None = None) -> dict[str, tuple[str, ...]]:

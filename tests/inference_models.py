@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from pldr_ref import PLDRConfig, init_params, perturb_params
-from pldr_ref.inference.modes import PLDRV51_G_FILE, external_g_config, params_with_external_g
+from pldr_ref.inference.modes import external_g_config, params_with_external_g
 from pldr_ref.params import Params
+from pldr_ref.resources import trained_g_lm_path
 
-#: The trained G_LM shipped beside the repository (always present in CI).
-G_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / PLDRV51_G_FILE
+#: The trained G_LM bundled in the package.
+G_FILE = trained_g_lm_path()
 
 
 def model(preset: str = "tiny", seed: int = 1, **overrides: object) -> Params:
@@ -22,8 +21,6 @@ def model(preset: str = "tiny", seed: int = 1, **overrides: object) -> Params:
 
 def external_g_model(seed: int = 1) -> Params:
     """L=5, H=14, d_k=64 model carrying the trained PLDRv51-110M-1 G_LM as a fixed external G."""
-    if not G_FILE.is_file():
-        raise FileNotFoundError(f"trained G file missing: {G_FILE} (it ships in ../shared/data)")
     config = external_g_config()
     return params_with_external_g(perturb_params(init_params(config, seed), seed + 100), G_FILE)
 

@@ -1,5 +1,5 @@
 """proofs_check registry: exactly the 79 Lean names are covered, the committed catalog copy agrees with
-``shared/spec/lean_catalog.md``, and every record is well formed."""
+the bundled ``pldr_ref/resources/lean_catalog.md``, and every record is well formed."""
 
 from __future__ import annotations
 
@@ -15,11 +15,8 @@ def test_committed_catalog_has_79_unique_names():
     assert len(LEAN_FILES) == 12
 
 
-def test_committed_catalog_matches_shared_catalog():
-    path = default_catalog_path()
-    if not path.is_file():
-        raise FileNotFoundError(f"the shared Lean catalog is expected at {path} (../shared beside the repository)")
-    assert parse_catalog(path) == LEAN_FILES
+def test_committed_catalog_matches_bundled_catalog():
+    assert parse_catalog(default_catalog_path()) == LEAN_FILES
 
 
 def test_registry_covers_exactly_the_catalog():

@@ -27,10 +27,10 @@ from pldr_ref.inference.cache import GCache, KVCache
 from pldr_ref.inference.step import CACHED_MASKS, StepOutput, cached_forward
 from pldr_ref.params import Params, with_fixed_g
 
-#: Name of the array in an external-G ``.npz`` (``../shared/data/g_lm_pldrv51_110m_1.npz``).
+#: Name of the array in an external-G ``.npz`` (the bundled ``pldr_ref/resources/g_lm_pldrv51_110m_1.npz``).
 EXTERNAL_G_KEY = "G_LM"
 
-#: File name of the trained PLDRv51-110M-1 G_LM shipped in ``shared/data``.
+#: File name of the trained PLDRv51-110M-1 G_LM bundled in ``pldr_ref/resources``.
 PLDRV51_G_FILE = "g_lm_pldrv51_110m_1.npz"
 
 
@@ -168,8 +168,10 @@ def advance(
 
 # ----------------------------------------------------------------------------- external G
 def default_external_g_path() -> Path:
-    """``<repo>/../shared/data/g_lm_pldrv51_110m_1.npz`` (the data folder beside the repository)."""
-    return Path(__file__).resolve().parents[3] / "shared" / "data" / PLDRV51_G_FILE
+    """The bundled trained PLDRv51-110M-1 G_LM (:func:`pldr_ref.resources.trained_g_lm_path`)."""
+    from pldr_ref.resources import trained_g_lm_path
+
+    return trained_g_lm_path()
 
 
 def load_external_g(path: str | os.PathLike[str], config: PLDRConfig) -> np.ndarray:
