@@ -8,9 +8,14 @@ allowed string values; an invalid value raises ``ValueError`` naming the field.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import json
 import math
 import os
+import types
+import typing
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -94,6 +99,7 @@ class PLDRConfig:
 
     # -------------------------------------------------------------- validation
     def __post_init__(self) -> None:
+        _validate_field_types(self)
         for name, choices in _CHOICES.items():
             value = getattr(self, name)
             if value not in choices:
@@ -169,29 +175,103 @@ class PLDRConfig:
         return cls(**fields)
 
     @classmethod
-    def from_hf_config(cls, source: str | os.PathLike[str] | Mapping[str, Any], **overrides: Any) -> PLDRConfig:
+    def from_hf_config(cls, source: str | os.PathLike[str] | Mapping[str, Any], *, unknown_keys: str = "error",
+                       **overrides: Any) -> PLDRConfig:
         """Build a config from a Hugging Face ``PldrllmConfig`` ``config.json`` (spec §5, §8.2).
 
         ``source`` is a path to the JSON file (or its folder) or an already-parsed dict.
         HF computes RoPE in the torchtune way when ``reference_rope`` is true (the
         default): interleaved pairs, float32 table, q/k rounded to float32.
+
+        Every value is type-checked (an int key takes only an int, a bool key only true/false; see
+        :data:`HF_KEY_TYPES`).  A key that is neither a ``PldrllmConfig`` key nor in
+        :data:`HF_IGNORED_KEYS` (bookkeeping keys that do not change the forward map) is an error naming
+        it (a misspelt ``num_hidden_layer`` would otherwise silently take the default); with
+        ``unknown_keys="warn"`` such keys are ignored with one ``UserWarning`` listing them.
         """
+        if unknown_keys not in HF_UNKNOWN_KEY_POLICIES:
+            raise ValueError(f"unknown_keys={unknown_keys!r} is not one of {HF_UNKNOWN_KEY_POLICIES}")
+        where = "HF config"
         if isinstance(source, Mapping):
-            hf = dict(source)
+            hf: Any = dict(source)
         else:
             path = os.fspath(source)
             if os.path.isdir(path):
                 path = os.path.join(path, "config.json")
-            with open(path, encoding="utf-8") as fh:
-                hf = json.load(fh)
+            where = f"HF config {path}"
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    hf = json.load(fh)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{where}: not valid JSON ({exc})") from exc
         if not isinstance(hf, Mapping):
-            raise ValueError(f"HF config must be a JSON object, got {type(hf).__name__}")
-        fields = _fields_from_hf(hf)
+            raise ValueError(f"{where} must be a JSON object, got {type(hf).__name__}")
+        fields = _fields_from_hf(hf, where, unknown_keys)
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"PLDRConfig has no field(s) {sorted(unknown)}")
         fields.update(overrides)  # e.g. mask_mode="additive" to run HF weights with native semantics
         return cls(**fields)
+
+
+# ------------------------------------------------------------------ generic field-type validation
+def _check_type(owner: str, name: str, value: Any, kind: Any) -> Any:
+    """``value`` normalised to the Python type ``kind`` (bool, int, float, str or ``X | None``), else ``ValueError``.
+
+    bool accepts only ``True``/``False`` (and ``numpy.bool_``); int only integers (``numpy.integer`` too),
+    never bool, float, str or None; float an int or float (not bool) that is finite (``-inf``, ``inf`` and
+    NaN are refused); str only str.  ``owner.name`` names the field in the message.
+    """
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        members = typing.get_args(kind)
+        if value is None and type(None) in members:
+            return None
+        inner = [m for m in members if m is not type(None)]
+        if len(inner) != 1:
+            raise TypeError(f"{owner}.{name}: unsupported field annotation {kind!r}")
+        kind = inner[0]
+    where = f"{owner}.{name}={value!r}"
+    if kind is bool:
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        raise ValueError(f"{where} must be a bool (True or False), got {type(value).__name__}")
+    if kind is int:
+        if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+            return int(value)
+        raise ValueError(f"{where} must be an int (not bool, float, str or None), got {type(value).__name__}")
+    if kind is float:
+        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+            if not math.isfinite(value):
+                raise ValueError(f"{where} must be finite")
+            return float(value)
+        raise ValueError(f"{where} must be a finite float (or int), got {type(value).__name__}")
+    if kind is str:
+        if isinstance(value, str):
+            return value
+        raise ValueError(f"{where} must be a str, got {type(value).__name__}")
+    raise TypeError(f"{owner}.{name}: unsupported field annotation {kind!r} (supported: bool, int, float, str, "
+                    "X | None)")
+
+
+@functools.cache
+def _field_types(cls: type) -> tuple[tuple[str, Any], ...]:
+    """(name, resolved annotation) of every dataclass field of ``cls``."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
+
+
+def _validate_field_types(config: Any) -> None:
+    """Check (and normalise in place) every field of a frozen dataclass against its annotation.
+
+    Driven by the annotations alone, so a field added later is validated without further code; a
+    ``str`` field must also have its allowed values in ``_CHOICES`` (``TypeError`` otherwise).
+    """
+    owner = type(config).__name__
+    for name, kind in _field_types(type(config)):
+        value = _check_type(owner, name, getattr(config, name), kind)
+        if kind is str and name not in _CHOICES:
+            raise TypeError(f"{owner}.{name} is a str switch without allowed values: add it to _CHOICES")
+        object.__setattr__(config, name, value)
 
 
 #: Defaults of HF ``PldrllmConfig.__init__`` (transformers ``a28acc8b``), used for keys a config.json omits.
@@ -204,59 +284,125 @@ HF_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _fields_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
+#: Python type of every ``PldrllmConfig`` key read here (``| None``: JSON null has an HF meaning).
+HF_KEY_TYPES: dict[str, Any] = {
+    "model_type": str, "vocab_size": int, "hidden_size": int | None, "intermediate_size": int | None,
+    "num_hidden_layers": int, "num_attention_heads": int, "hidden_act": str, "max_position_embeddings": int,
+    "layer_norm_eps": float, "pad_token_id": int | None, "tie_word_embeddings": bool, "rope_theta": float | None,
+    "rope_scaling": dict | None, "rope_parameters": dict | None, "attention_bias": bool, "glu_bias": bool,
+    "final_bias": bool, "reference_rope": bool, "head_dim": int, "num_reslayerA": int, "num_denseA": int,
+    "A_dff": int, "custom_G_type": str | None,
+}
+
+#: Keys of an HF config.json that do not change the float64 forward map and are ignored: the generic
+#: ``PretrainedConfig`` bookkeeping, generation and training keys, and PldrllmConfig's dropout, cache and
+#: output switches (dropout is off at inference; caches and outputs do not change the logits).
+HF_IGNORED_KEYS = frozenset({
+    "architectures", "auto_map", "torch_dtype", "dtype", "transformers_version", "_name_or_path",
+    "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id", "use_cache", "initializer_range",
+    "attention_dropout", "output_pldr_attentions", "cache_first_G", "output_attentions", "output_hidden_states",
+    "return_dict", "torchscript", "tokenizer_class", "id2label", "label2id", "problem_type", "is_decoder",
+    "is_encoder_decoder", "add_cross_attention", "tie_encoder_decoder", "pruned_heads", "chunk_size_feed_forward",
+    "finetuning_task", "prefix", "task_specific_params", "max_length", "min_length", "do_sample", "early_stopping",
+    "num_beams", "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p", "typical_p",
+    "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
+    "bad_words_ids", "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens", "cross_attention_hidden_size", "tf_legacy_loss", "use_bfloat16",
+})
+
+#: Accepted values of ``PLDRConfig.from_hf_config(unknown_keys=...)``.
+HF_UNKNOWN_KEY_POLICIES = ("error", "warn")
+
+
+def _hf_value(hf: Mapping[str, Any], key: str, where: str) -> Any:
+    """``hf[key]`` (or the HF default) checked against :data:`HF_KEY_TYPES`; ``ValueError`` naming the key."""
+    value = hf[key] if key in hf else HF_DEFAULTS.get(key)
+    kind = HF_KEY_TYPES[key]
+    if dict in typing.get_args(kind):  # rope_scaling, rope_parameters: a JSON object or null
+        if value is None or isinstance(value, Mapping):
+            return value
+        raise ValueError(f"{where}: key {key!r}={value!r} must be a JSON object or null")
+    try:
+        return _check_type(where, key, value, kind)
+    except ValueError as exc:  # "HF config.key=value must be ..." reads as "HF config: key 'key'=..."
+        raise ValueError(str(exc).replace(f"{where}.{key}=", f"{where}: key {key!r}=", 1)) from None
+
+
+def _check_hf_keys(hf: Mapping[str, Any], where: str, policy: str) -> None:
+    """Refuse (or warn about, ``policy="warn"``) keys that are neither read nor knowingly ignored."""
+    unknown = sorted(str(k) for k in hf if k not in HF_KEY_TYPES and k not in HF_IGNORED_KEYS)
+    if not unknown:
+        return
+    hints = []
+    for k in unknown:
+        close = difflib.get_close_matches(k, list(HF_KEY_TYPES), n=1)
+        hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    msg = (f"{where}: unknown key(s) {', '.join(hints)}; accepted keys: {sorted(HF_KEY_TYPES)} and the ignored "
+           f"bookkeeping keys pldr_ref.config.HF_IGNORED_KEYS")
+    if policy == "warn":
+        warnings.warn(f"{msg}; ignoring them", UserWarning, stacklevel=3)
+    else:
+        raise ValueError(f"{msg} (pass unknown_keys='warn' to ignore them)")
+
+
+def _fields_from_hf(hf: Mapping[str, Any], where: str = "HF config", unknown_keys: str = "error") -> dict[str, Any]:
     """PLDRConfig fields from HF ``PldrllmConfig`` keys (missing keys take the HF defaults).
 
     HF semantics reproduced: ``hidden_size`` None -> heads * head_dim; ``intermediate_size`` None ->
     floor(d * 4 * 2/3); ``reference_rope`` True -> torchtune RoPE (interleaved, float32 table, q/k rounded
     to float32), False -> half-split; ``custom_G_type`` None -> learned G with the v500 metric learner,
     else a fixed G buffer and no metric learner.  Eager masks use finfo(float64).min, the embedding scale
-    is in the model dtype, the initialiser is xavier_uniform ("hf").
+    is in the model dtype, the initialiser is xavier_uniform ("hf").  Values are type-checked and unknown
+    keys refused (see :meth:`PLDRConfig.from_hf_config`).
     """
-    model_type = hf.get("model_type", "pldrllm")
-    if model_type != "pldrllm":
-        raise ValueError(f"HF config model_type={model_type!r} is not 'pldrllm'")
+    _check_hf_keys(hf, where, unknown_keys)
 
     def get(key: str) -> Any:
-        return hf[key] if key in hf else HF_DEFAULTS[key]
+        return _hf_value(hf, key, where)
 
+    model_type = hf.get("model_type", "pldrllm")
+    if model_type != "pldrllm":
+        raise ValueError(f"{where}: model_type={model_type!r} is not 'pldrllm'")
     if get("hidden_act") != "silu":
-        raise ValueError(f"HF config hidden_act={get('hidden_act')!r} is not supported (only 'silu')")
+        raise ValueError(f"{where}: hidden_act={get('hidden_act')!r} is not supported (only 'silu')")
     if get("tie_word_embeddings"):
-        raise ValueError("HF config tie_word_embeddings=True is not supported (PLDR-LLM never ties)")
+        raise ValueError(f"{where}: tie_word_embeddings=True is not supported (PLDR-LLM never ties)")
     if get("rope_scaling") is not None:
-        raise ValueError(f"HF config rope_scaling={get('rope_scaling')!r} is not supported (only None)")
-    heads = int(get("num_attention_heads"))
-    d_k = int(get("head_dim"))
+        raise ValueError(f"{where}: rope_scaling={get('rope_scaling')!r} is not supported (only None)")
+    heads = get("num_attention_heads")
+    d_k = get("head_dim")
     d_model = get("hidden_size")
-    d_model = heads * d_k if d_model is None else int(d_model)
+    d_model = heads * d_k if d_model is None else d_model
     if d_k * heads != d_model:
-        raise ValueError(f"HF config head_dim={d_k} * num_attention_heads={heads} != hidden_size={d_model}")
+        raise ValueError(f"{where}: head_dim={d_k} * num_attention_heads={heads} != hidden_size={d_model}")
     dff = get("intermediate_size")
-    dff = int(np.floor(d_model * 4 * 2 / 3)) if dff is None else int(dff)
+    dff = int(np.floor(d_model * 4 * 2 / 3)) if dff is None else dff
     custom_g = get("custom_G_type")
     if custom_g not in (None, "identity", "random", "external"):
-        raise ValueError(f"HF config custom_G_type={custom_g!r} is not one of None, 'identity', 'random', 'external'")
-    g_mode = "learned" if custom_g is None else str(custom_g)
-    rope_theta = hf.get("rope_theta")
+        raise ValueError(f"{where}: custom_G_type={custom_g!r} is not one of None, 'identity', 'random', 'external'")
+    g_mode = "learned" if custom_g is None else custom_g
+    rope_theta = get("rope_theta") if "rope_theta" in hf else None
     if rope_theta is None:
-        rope_theta = (hf.get("rope_parameters") or {}).get("rope_theta", ROPE_BASE)
+        rope_parameters = get("rope_parameters") if "rope_parameters" in hf else None
+        rope_theta = _hf_value({"rope_theta": (rope_parameters or {}).get("rope_theta", ROPE_BASE)}, "rope_theta",
+                               f"{where} rope_parameters")
     pad = get("pad_token_id")
     return {
-        "num_layers": int(get("num_hidden_layers")),
+        "num_layers": get("num_hidden_layers"),
         "num_heads": heads,
         "d_k": d_k,
         "dff": dff,
-        "A_dff": int(get("A_dff")),
-        "num_reslayerA": int(get("num_reslayerA")),
-        "num_denseA": int(get("num_denseA")),
-        "vocab_size": int(get("vocab_size")),
-        "max_seq_len": int(get("max_position_embeddings")),
-        "rope_base": float(rope_theta),
-        "eps_ln": float(get("layer_norm_eps")),
-        "attn_bias": bool(get("attention_bias")),
-        "glu_bias": bool(get("glu_bias")),
-        "final_bias": bool(get("final_bias")),
+        "A_dff": get("A_dff"),
+        "num_reslayerA": get("num_reslayerA"),
+        "num_denseA": get("num_denseA"),
+        "vocab_size": get("vocab_size"),
+        "max_seq_len": get("max_position_embeddings"),
+        "rope_base": rope_theta,
+        "eps_ln": get("layer_norm_eps"),
+        "attn_bias": get("attention_bias"),
+        "glu_bias": get("glu_bias"),
+        "final_bias": get("final_bias"),
         "rope_layout": "interleaved" if get("reference_rope") else "half",
         "rope_precision": "float32",
         "mask_mode": "finfo_min",
@@ -264,7 +410,7 @@ def _fields_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "metric_learner": "v500" if g_mode == "learned" else "none",
         "g_mode": g_mode,
         "init_scheme": "hf",
-        "pad_id": 0 if pad is None else int(pad),
+        "pad_id": 0 if pad is None else pad,
     }
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
+import ml_dtypes
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
@@ -172,6 +173,7 @@ class Params(Mapping[str, np.ndarray]):
     def __post_init__(self) -> None:
         frozen: dict[str, np.ndarray] = {}
         for name, arr in self.tensors.items():
+            check_param_dtype(name, np.asarray(arr))
             a = np.array(arr, dtype=np.float64, copy=True)
             a.setflags(write=False)
             frozen[name] = a
@@ -252,6 +254,18 @@ class Params(Mapping[str, np.ndarray]):
             a_norm, lift, lift_norm, drop, drop_norm, res_units, plga, g_fixed,
             glu(f"{p}ffn."), norm(f"{p}layernorm1"), norm(f"{p}layernorm2"),
         )
+
+
+#: Parameter dtypes a checkpoint may hold; each converts exactly to float64.
+ACCEPTED_FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32),
+                         np.dtype(np.float64))
+
+def check_param_dtype(name: str, arr: np.ndarray) -> None:
+    """``ValueError`` naming ``name`` unless ``arr`` has one of :data:`ACCEPTED_FLOAT_DTYPES` (any byte order)."""
+    if arr.dtype.newbyteorder("=") not in ACCEPTED_FLOAT_DTYPES:
+        accepted = ", ".join(str(d) for d in ACCEPTED_FLOAT_DTYPES)
+        raise ValueError(f"parameter {name!r} has dtype {arr.dtype}; accepted: {accepted} "
+                         "(integer, bool and complex arrays are refused)")
 
 
 def validate_tensors(config: PLDRConfig, tensors: Mapping[str, np.ndarray]) -> None:

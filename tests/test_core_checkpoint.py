@@ -140,7 +140,7 @@ def test_missing_and_extra_keys_are_reported_by_name() -> None:
         load_state_dict(sd, cfg)
     sd = state_dict(params)
     sd["final_layer.bias"] = np.arange(cfg.vocab_size)
-    with pytest.raises(ValueError, match=r"'final_layer\.bias' has non-float dtype int64"):
+    with pytest.raises(ValueError, match=r"'final_layer\.bias' has dtype int64; accepted: float16, bfloat16, float32"):
         load_state_dict(sd, cfg)
 
 

@@ -28,16 +28,51 @@ def test_list_shows_every_case(capsys):
 
 
 def test_show_and_verify_and_build(tmp_path, capsys):
-    assert _run(["golden", "build", "--out", str(tmp_path), "--only", "op/linear", "--quiet"]) == 0
-    assert _run(["golden", "show", "op/linear", "--dir", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "weight" in out and "atol" in out
-    assert _run(["golden", "verify", str(tmp_path), "--quiet"]) == 0
+    out = tmp_path / "suite"
+    assert _run(["golden", "build", "--out", str(out), "--only", "op/linear", "--quiet"]) == 0
+    assert _run(["golden", "show", "op/linear", "--suite-dir", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "weight" in shown and "atol" in shown
+    assert _run(["golden", "verify", "--suite-dir", str(out), "--quiet"]) == 0
     assert "verified" in capsys.readouterr().out
-    (tmp_path / "op/linear/inputs.safetensors").write_bytes(b"x")
-    assert _run(["golden", "verify", str(tmp_path), "--quiet"]) == 1
+    assert _run(["golden", "list", "--table", "--suite-dir", str(out)]) == 0
+    assert "`op/linear`" in capsys.readouterr().out
+    (out / "op/linear/inputs.safetensors").write_bytes(b"x")
+    assert _run(["golden", "verify", "--suite-dir", str(out), "--quiet"]) == 1
     assert "inputs.safetensors" in capsys.readouterr().out
-    assert _run(["golden", "show", "op/nope", "--dir", str(tmp_path)]) == 1
+    assert _run(["golden", "show", "op/nope", "--suite-dir", str(out)]) == 1
+
+
+def test_deprecated_dir_spellings_still_read_the_given_suite(tmp_path, capsys):
+    out = tmp_path / "suite"
+    assert _run(["golden", "build", "--out", str(out), "--only", "op/linear", "--quiet"]) == 0
+    assert _run(["golden", "show", "op/linear", "--dir", str(out)]) == 0
+    assert _run(["golden", "verify", str(out), "--quiet"]) == 0
+    assert f"golden suite {out}: verified" in capsys.readouterr().out
+    # negative control: the committed suite has no such folder name, so an ignored --dir would show golden/
+    assert _run(["golden", "show", "op/linear", "--dir", str(tmp_path / "absent")]) == 1
+
+
+def test_build_refuses_the_committed_suite_without_overwrite(capsys):
+    from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR
+
+    before = sorted((p, p.stat().st_mtime_ns) for p in DEFAULT_GOLDEN_DIR.rglob("*"))
+    assert _run(["golden", "build", "--only", "op/linear", "--quiet"]) == 2
+    assert _run(["golden", "build", "--out", str(DEFAULT_GOLDEN_DIR), "--quiet", "--only", "op/linear"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert sorted((p, p.stat().st_mtime_ns) for p in DEFAULT_GOLDEN_DIR.rglob("*")) == before
+
+
+def test_top_level_help_lists_subcommands_and_the_flag_convention(capsys):
+    from pldr_ref.cli import SUBCOMMANDS, build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    text = capsys.readouterr().out
+    for name in SUBCOMMANDS:
+        assert f"    {name} " in text, name
+    for flag in ("--suite-dir DIR", "--suite NAME", "--out PATH", "--quiet"):
+        assert flag in text, flag
 
 
 def test_unknown_suite_is_rejected():
