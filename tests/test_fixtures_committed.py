@@ -18,14 +18,14 @@ MAX_BYTES = 25_000_000
 
 def test_default_golden_dir_is_the_repository_folder():
     assert Path(__file__).resolve().parents[1] / "golden" == GOLDEN
-    assert (GOLDEN / "MANIFEST.json").is_file(), "run `pldr-ref golden build` to create the committed suite"
+    assert (GOLDEN / "MANIFEST.json").is_file(), "run `pldr-ref golden build --overwrite` to create the committed suite"
 
 
 def test_committed_suite_verifies():
     t0 = time.perf_counter()
     problems = verify(GOLDEN, progress=None)
     assert problems == [], ("golden/ does not verify; if the reference changed on purpose, rebuild it with "
-                            "`pldr-ref golden build` and commit the result:\n" + "\n".join(problems[:20]))
+                            "`pldr-ref golden build --overwrite` and commit the result:\n" + "\n".join(problems[:20]))
     assert time.perf_counter() - t0 < 60
 
 

@@ -71,7 +71,7 @@ def load_suite(root: Path, groups: list[str] | None, pattern: str | None) -> lis
     from pldr_ref.fixtures.case import case_dirs, load_case
 
     if not root.is_dir():
-        raise ValueError(f"golden suite folder {root} does not exist (build it with `pldr-ref golden build`)")
+        raise ValueError(f"golden suite folder {root} does not exist (build it with `pldr-ref golden build --out DIR`)")
     rx = re.compile(pattern) if pattern else None
     cases = []
     for d in case_dirs(root):  # filter on the folder name first: loading a case reads and hashes its tensors

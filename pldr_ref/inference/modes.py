@@ -26,12 +26,13 @@ from pldr_ref.config import PLDRConfig
 from pldr_ref.inference.cache import GCache, KVCache
 from pldr_ref.inference.step import CACHED_MASKS, StepOutput, cached_forward
 from pldr_ref.params import Params, with_fixed_g
+from pldr_ref.resources import TRAINED_G_LM_FILE
 
 #: Name of the array in an external-G ``.npz`` (the bundled ``pldr_ref/resources/g_lm_pldrv51_110m_1.npz``).
 EXTERNAL_G_KEY = "G_LM"
 
-#: File name of the trained PLDRv51-110M-1 G_LM bundled in ``pldr_ref/resources``.
-PLDRV51_G_FILE = "g_lm_pldrv51_110m_1.npz"
+#: File name of the trained PLDRv51-110M-1 G_LM bundled in ``pldr_ref/resources`` (named there, once).
+PLDRV51_G_FILE = TRAINED_G_LM_FILE
 
 
 @dataclasses.dataclass(frozen=True)
