@@ -178,7 +178,9 @@ def test_build_prunes_cases_no_longer_in_the_suite(copy, monkeypatch):
     meta["name"] = "op/retired_case"
     (stale / "case.json").write_bytes(canonical_json(meta))
     # an unselected build prunes; restrict the suite to SUBSET so the test stays fast
-    from pldr_ref.fixtures import build as build_mod
+    import importlib
+
+    build_mod = importlib.import_module("pldr_ref.fixtures.build")  # the module (the package exports a function)
 
     original = build_mod.build_suite
     monkeypatch.setattr(build_mod, "build_suite", lambda suite: [s for s in original(suite) if s.name in SUBSET])

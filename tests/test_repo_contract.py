@@ -34,12 +34,13 @@ OUTSIDE_REFERENCES = ("..", "/shared"), ("shared", "/data"), ("shared", "/spec")
 
 
 def _content_files(root: Path) -> list[Path]:
+    """Every file under ``root`` outside :data:`NOT_CONTENT` folders (pruned, so a venv is never walked)."""
+    import os
+
     out = []
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).parts
-        if any(part in NOT_CONTENT or part.endswith(".egg-info") for part in rel) or not path.is_file():
-            continue
-        out.append(path)
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in NOT_CONTENT and not d.endswith(".egg-info"))
+        out.extend(Path(folder) / f for f in sorted(files))
     return out
 
 
