@@ -2,7 +2,10 @@
 equivariance of the residual metric learner (paper Proposition 3.11).
 
 BLAS may round a row differently depending on where it sits in a GEMM, so equality is checked to
-1e-13 relative rather than bit for bit.
+1e-13 relative (normwise) rather than bit for bit, or, for a stage whose inputs are ill-conditioned, to
+100 x its measured change under a one-ulp perturbation of every parameter (e.g. the metric learner's
+LayerNorm of a density-operator row with a tiny spread amplifies round-off by max|x| / std(x), which
+reaches ~4000 on some S = 1 draws of the thorough profile).
 """
 
 from __future__ import annotations
@@ -13,18 +16,33 @@ from core_support import config_from_shape, model_params, rel_diff, shapes, toke
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pldr_ref import forward
+from pldr_ref import Params, forward
 from pldr_ref.metric_learner import metric_learner
 from pldr_ref.norms import layer_norm
 
 EQUIV_RTOL = 1e-13
+#: Factor between a stage's change under one-ulp parameter perturbations and its equivariance tolerance.
+ULP_SAFETY = 100.0
 
 
-def assert_batch_equivariant(run, ids: np.ndarray, perm: np.ndarray) -> None:
-    """run(ids[perm]) == run(ids)[perm] for every returned array (a dict name -> [B, ...])."""
+def ulp_perturbed(params: Params, seed: int) -> Params:
+    """Every parameter times (1 +- 2^-52), signs from ``seed``: a rounding-sized change of the model."""
+    rng = np.random.default_rng(seed)
+    return Params(params.config, {k: v * (1.0 + rng.choice([-1.0, 1.0], v.shape) * 2.0**-52)
+                                  for k, v in params.items()})
+
+
+def assert_batch_equivariant(run, ids: np.ndarray, perm: np.ndarray, run_perturbed=None) -> None:
+    """run(ids[perm]) == run(ids)[perm] for every returned array (a dict name -> [B, ...]).
+
+    Tolerance per array: EQUIV_RTOL, or ULP_SAFETY x its normwise change under ``run_perturbed`` (the same
+    model with one-ulp parameter perturbations) when that is larger (an ill-conditioned stage).
+    """
     base, permuted = run(ids), run(ids[perm])
+    noise = run_perturbed(ids) if run_perturbed is not None else {}
     for name, arr in base.items():
-        assert rel_diff(permuted[name], arr[perm]) <= EQUIV_RTOL, name
+        tol = max(EQUIV_RTOL, ULP_SAFETY * rel_diff(noise[name], arr)) if name in noise else EQUIV_RTOL
+        assert rel_diff(permuted[name], arr[perm]) <= tol, (name, tol)
 
 
 def _trace(params):
@@ -42,7 +60,7 @@ def test_batch_permutation_permutes_outputs(shape: dict, seed: int, pad: bool) -
     batch = 3
     ids = token_ids(cfg, batch, shape["seq"], seed, low=0 if pad else 1)
     perm = np.random.default_rng(seed).permutation(batch)
-    assert_batch_equivariant(_trace(params), ids, perm)
+    assert_batch_equivariant(_trace(params), ids, perm, _trace(ulp_perturbed(params, seed + 1)))
 
 
 def test_negative_control_batch_mixing_is_caught() -> None:
