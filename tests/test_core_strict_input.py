@@ -202,6 +202,17 @@ def test_truncated_safetensors_names_the_file(tmp_path: Path) -> None:
             load_state_dict(bad, TINY)
 
 
+def test_truncated_golden_tensor_file_names_the_file(tmp_path: Path) -> None:
+    from pldr_ref.fixtures.format import encode_safetensors, load_tensors
+
+    path = tmp_path / "outputs.safetensors"
+    path.write_bytes(encode_safetensors({"x": np.arange(4.0)}))
+    assert np.array_equal(load_tensors(path)["x"], np.arange(4.0))
+    path.write_bytes(path.read_bytes()[:-3])
+    with pytest.raises(ValueError, match=r"outputs\.safetensors: not a readable safetensors file"):
+        load_tensors(path)
+
+
 def test_invalid_manifest_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "MANIFEST.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(FixtureError, match=r"MANIFEST\.json: not valid JSON"):
