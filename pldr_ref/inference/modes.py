@@ -26,6 +26,7 @@ from pldr_ref.config import PLDRConfig
 from pldr_ref.inference.cache import GCache, KVCache
 from pldr_ref.inference.step import CACHED_MASKS, StepOutput, cached_forward
 from pldr_ref.params import Params, with_fixed_g
+from pldr_ref.rope import RopeTable
 
 #: Name of the array in an external-G ``.npz`` (the bundled ``pldr_ref/resources/g_lm_pldrv51_110m_1.npz``).
 EXTERNAL_G_KEY = "G_LM"
@@ -43,6 +44,9 @@ class InferenceMode:
     (native PT-v510) or ``"causal"`` (HF).  ``cache_first_G``: store sample 0's operators only
     (B_G = 1) and broadcast them over the batch on later steps (HF).  ``pad_from_token``: padding
     keys are the tokens equal to ``pad_id`` (native) or only those the ``attention_mask`` marks (HF).
+    ``hf_positions``: with an attention mask, RoPE positions are HF ``generate``'s per-row
+    ``position_ids = cumsum(mask) - 1`` with padding at :data:`HF_PAD_POSITION` (:func:`hf_position_ids`);
+    otherwise every row uses the sequence index.
     """
 
     name: str
@@ -51,6 +55,7 @@ class InferenceMode:
     cached_mask: str = "none"
     cache_first_G: bool = False
     pad_from_token: bool = True
+    hf_positions: bool = False
 
     def __post_init__(self) -> None:
         if self.cached_mask not in CACHED_MASKS:
@@ -66,7 +71,24 @@ NATIVE_MODES: dict[str, InferenceMode] = {
 }
 
 #: HF ``use_cache=True`` (spec §8.2); ``use_cache=False`` is native ``"none"``.
-HF_MODE = InferenceMode("hf", kv_cache=True, g_cache=True, cached_mask="causal", pad_from_token=False)
+HF_MODE = InferenceMode("hf", kv_cache=True, g_cache=True, cached_mask="causal", pad_from_token=False,
+                        hf_positions=True)
+
+#: Position id HF ``GenerationMixin.prepare_inputs_for_generation`` gives padding tokens
+#: (``position_ids.masked_fill_(attention_mask == 0, 1)``).
+HF_PAD_POSITION = 1
+
+
+def hf_position_ids(attention_mask: np.ndarray) -> np.ndarray:
+    """HF ``generate``'s per-row positions [B, T]: cumsum(mask, axis=1) - 1, and HF_PAD_POSITION where mask = 0.
+
+    With left padding, every row's first real token sits at position 0; without padding this is arange(T).
+    """
+    m = np.asarray(attention_mask)
+    if m.ndim != 2:
+        raise ValueError(f"attention_mask must be [B, T], got shape {m.shape}")
+    keep = m.astype(bool)
+    return np.where(keep, np.cumsum(keep, axis=1, dtype=np.int64) - 1, HF_PAD_POSITION)
 
 
 def hf_mode(cache_first_G: bool = False) -> InferenceMode:
@@ -97,6 +119,7 @@ class DecodeState:
     attention_mask: np.ndarray | None
     kv_cache: KVCache | None
     g_cache: GCache | None
+    rope_table: RopeTable | None = None
 
 
 def prefill(
@@ -106,6 +129,7 @@ def prefill(
     *,
     attention_mask: np.ndarray | None = None,
     initial_g_cache: GCache | None = None,
+    rope_table: RopeTable | None = None,
 ) -> tuple[StepOutput, DecodeState]:
     """The prompt pass: full causal forward of the prompt; caches are filled as ``mode`` says.
 
@@ -117,14 +141,22 @@ def prefill(
         raise ValueError(f"mode {m.name!r} freezes one G per head; gram_mode='cumulative' has one per row")
     ids = np.asarray(prompt_ids)
     step = cached_forward(
-        params, ids, g_cache=initial_g_cache, attention_mask=attention_mask, pad_masking=m.pad_from_token
+        params, ids, g_cache=initial_g_cache, attention_mask=attention_mask, pad_masking=m.pad_from_token,
+        position_ids=_mode_positions(m, attention_mask, ids.shape[1]), rope_table=rope_table,
     )
     g = initial_g_cache
     if g is None and m.g_cache:
         g = step.g_cache.first_sample() if m.cache_first_G else step.g_cache
     kv = step.kv_cache if m.kv_cache else None
     mask = None if attention_mask is None else np.asarray(attention_mask)
-    return step, DecodeState(ids.astype(np.int64), mask, kv, g)
+    return step, DecodeState(ids.astype(np.int64), mask, kv, g, rope_table)
+
+
+def _mode_positions(m: InferenceMode, attention_mask: np.ndarray | None, last: int) -> np.ndarray | None:
+    """RoPE position ids of the last ``last`` tokens for mode ``m`` (None: the sequence index)."""
+    if not m.hf_positions or attention_mask is None:
+        return None
+    return hf_position_ids(attention_mask)[:, -last:]
 
 
 def advance(
@@ -156,14 +188,16 @@ def advance(
         step = cached_forward(
             params, new, kv_cache=state.kv_cache, g_cache=state.g_cache, cached_mask=m.cached_mask,
             attention_mask=None if mask is None else mask[:, -new.shape[1]:], pad_masking=m.pad_from_token,
+            position_ids=_mode_positions(m, mask, new.shape[1]), rope_table=state.rope_table,
         )
         logits = step.logits
         kv = step.kv_cache
     else:
-        step = cached_forward(params, ids, g_cache=state.g_cache, attention_mask=mask, pad_masking=m.pad_from_token)
+        step = cached_forward(params, ids, g_cache=state.g_cache, attention_mask=mask, pad_masking=m.pad_from_token,
+                              position_ids=_mode_positions(m, mask, ids.shape[1]), rope_table=state.rope_table)
         logits = step.logits[:, -new.shape[1]:]
         kv = None
-    return logits, step, DecodeState(ids, mask, kv, state.g_cache)
+    return logits, step, DecodeState(ids, mask, kv, state.g_cache, state.rope_table)
 
 
 # ----------------------------------------------------------------------------- external G
