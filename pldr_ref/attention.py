@@ -170,10 +170,7 @@ def attention_weights(
         raise ValueError(f"softmax_precision must be one of {SOFTMAX_PRECISIONS}, got {precision!r}")
     if masked_row not in MASKED_ROWS:
         raise ValueError(f"masked_row must be one of {MASKED_ROWS}, got {masked_row!r}")
-    if precision == "float32":
-        e = softmax_float32(logits)
-    else:
-        e = masked_softmax(logits, overwrite_input=overwrite_input)
+    e = softmax_float32(logits) if precision == "float32" else masked_softmax(logits, overwrite_input=overwrite_input)
     if masked_row == "arithmetic" or mask is None:
         return e
     dead = np.all(mask, axis=-1, keepdims=True)  # [B|1, 1, S, 1]

@@ -79,7 +79,7 @@ def rope_frequencies(d_k: int, base: float, precision: str = "exact") -> np.ndar
         exps = np.arange(0, d_k, 2, dtype=np.float64) / np.float64(d_k)
         return 1.0 / np.power(np.float64(base), exps)
     if precision != "exact":
-        raise ValueError(f"rope precision must be one of {PRECISIONS + ('keras-0.6.4',)}, got {precision!r}")
+        raise ValueError(f"rope precision must be one of {(*PRECISIONS, 'keras-0.6.4')}, got {precision!r}")
     return np.power(float(base), -np.arange(0, d_k, 2, dtype=np.float64) / d_k)
 
 
