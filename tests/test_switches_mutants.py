@@ -26,10 +26,10 @@ def switch_golden(tmp_path_factory):
 
 
 def test_every_switch_value_and_profile_has_a_case() -> None:
-    names = {s.name for s in build_suite("default") if "switch" in s.tags}
+    names = {s.name for s in build_suite("full") if "switch" in s.tags}
     for profile in EMULATIONS:
         assert f"model/emulate_{profile.replace('-', '_')}" in names
-    configs = [s.config for s in build_suite("default") if s.config is not None]
+    configs = [s.config for s in build_suite("full") if s.config is not None]
     seen = {(f, getattr(c, f)) for c in configs for f in ("rope_table", "rope_arithmetic", "score_scale",
                                                          "mask_add_dtype", "softmax_precision", "masked_row",
                                                          "pad_source")}
@@ -64,6 +64,6 @@ def test_switch_mutant_fails_and_reference_passes(switch_golden, mutation) -> No
 
 
 def test_every_switch_case_has_a_mutant() -> None:
-    cases = {s.name.split("/", 1)[1] for s in build_suite("default") if "switch" in s.tags}
+    cases = {s.name.split("/", 1)[1] for s in build_suite("full") if "switch" in s.tags}
     covered = {m.case for m in SWITCH_MUTATIONS}
     assert {c for c in cases if c.startswith("switch_")} == covered
