@@ -35,8 +35,15 @@ def test_every_switch_value_and_profile_has_a_case() -> None:
                                                          "pad_source")}
     seen |= {("rope_table", c.rope_table_source) for c in configs}
     seen |= {("rope_arithmetic", c.rope_arithmetic_dtype) for c in configs}
-    from pldr_ref.config import (MASK_ADD_DTYPES, MASKED_ROWS, PAD_SOURCES, ROPE_ARITHMETICS, ROPE_TABLES,
-                                 SCORE_SCALES, SOFTMAX_PRECISIONS)
+    from pldr_ref.config import (
+        MASK_ADD_DTYPES,
+        MASKED_ROWS,
+        PAD_SOURCES,
+        ROPE_ARITHMETICS,
+        ROPE_TABLES,
+        SCORE_SCALES,
+        SOFTMAX_PRECISIONS,
+    )
 
     for field, values in (("rope_table", ROPE_TABLES), ("rope_arithmetic", ROPE_ARITHMETICS),
                           ("score_scale", SCORE_SCALES), ("mask_add_dtype", MASK_ADD_DTYPES),

@@ -62,8 +62,8 @@ class SwitchMutant(ReferenceBackend):
         inputs = dict(request.inputs)
         if self.mutation.switch == "position_ids" and "positions" in inputs and np.ndim(inputs["positions"]) == 2:
             inputs["positions"] = np.arange(np.shape(inputs["positions"])[1])
-        return super().run_stage(dataclasses.replace(request, config=cfg, params=Params(cfg, dict(request.params.items())),
-                                                     inputs=inputs))
+        params = Params(cfg, dict(request.params.items()))
+        return super().run_stage(dataclasses.replace(request, config=cfg, params=params, inputs=inputs))
 
 
 #: One mutation per switch value with a switch case: the case name (without ``model/``) and the wrong value.
