@@ -7,8 +7,8 @@ seed + 100)``.  Inputs: A = one unpadded row of 8 tokens; B = a batch of 2 rows 
 2 left pads (token id 0 and attention mask 0).  Each line is max |logits(switch) - logits(default)| and that over
 max |logits(default)| (normwise relative); NaN means the switch makes a sample NaN.  The default is every switch
 at its default value; for a profile, the default switches with the profile's RoPE pairing and metric learner
-(so that only the emulated numerics differ).  With torch installed it also counts torch's float32 RoPE table entries that differ from
-the correctly rounded float32 table.
+(so that only the emulated numerics differ).  With torch installed it also counts torch's float32 RoPE table
+entries that differ from the correctly rounded float32 table.
 """
 
 from __future__ import annotations
