@@ -273,7 +273,8 @@ def _fields_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     HF semantics reproduced: ``hidden_size`` None -> heads * head_dim; ``intermediate_size`` None ->
     floor(d * 4 * 2/3); ``reference_rope`` True -> torchtune RoPE (interleaved, float32 table, q/k rounded
     to float32), False -> half-split; ``custom_G_type`` None -> learned G with the v500 metric learner,
-    else a fixed G buffer and no metric learner.  Eager masks use finfo(float64).min, the embedding scale
+    else a fixed G buffer and no metric learner.  The attention switches (mask, softmax, score scale, RoPE
+    arithmetic, padding source) come from :func:`hf_attention_switches`; the embedding scale
     is in the model dtype, the initialiser is xavier_uniform ("hf").
     """
     model_type = hf.get("model_type", "pldrllm")

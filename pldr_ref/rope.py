@@ -1,12 +1,17 @@
 """Rotary position embedding (RoPE) of queries and keys (spec §2.4 step 3, §12; paper §4.1).
 
-Two pairings (``layout``) and two precisions (``precision``) are exposed:
+Two pairings (``layout``), four table sources (``table``) and three rotation arithmetics (``arithmetic``):
 
 * ``"interleaved"`` (torchtune, PT-v510, HF ``reference_rope=True``): pairs (x_{2i}, x_{2i+1});
 * ``"half"`` (keras-nlp rotate_half, TF-v500/v900): pairs (x_i, x_{i + d_k/2});
-* ``"exact"``: angles p * omega_i and the rotation in float64;
-* ``"float32"``: as torchtune does, omega, p * omega, cos and sin are built in float32,
-  and q, k are rounded to float32 and rotated in float32; the result is widened back.
+* tables: ``"exact"`` (angles p * omega_i in float64), ``"float32"`` (omega, p * omega, cos and sin built in
+  float32 as torchtune does, each step correctly rounded), ``"keras-0.6.4"`` (keras-nlp 0.6.4's 1 / base^e in
+  float64) and ``"explicit"`` (a :class:`RopeTable` given by the user, e.g. torch's own float32 table);
+* arithmetic: ``"float64"``, ``"float32"`` (q, k and table rounded to float32, rotation in float32) and
+  ``"float64_qk_f32"`` (q, k rounded to float32, rotation in float64: torchtune after ``model.double()``).
+
+The legacy ``precision`` argument (``"exact"`` / ``"float32"``) sets both: ``"float32"`` is the float32 table
+with the float32 rotation.
 
 With omega_i = base^(-2i/d_k), i = 0..d_k/2 - 1, each pair is rotated by the angle p * omega_i.
 """

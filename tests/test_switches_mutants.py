@@ -64,7 +64,8 @@ def test_nan_case_really_holds_nan(switch_golden) -> None:
 
 @pytest.mark.parametrize("mutation", SWITCH_MUTATIONS, ids=lambda m: m.name)
 def test_switch_mutant_fails_and_reference_passes(switch_golden, mutation) -> None:
-    case = load_case(switch_golden / "model" / mutation.case)
+    group = "cache" if mutation.switch == "mode" else "model"
+    case = load_case(switch_golden / group / mutation.case)
     assert validate_case(ReferenceBackend(), case, "float64").status == "pass"
     result = validate_case(mutant_backend(mutation), case, "float64")
     assert result.status == "fail", (mutation.name, result.reason)

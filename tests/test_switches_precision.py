@@ -13,8 +13,6 @@ hand-derived expectation and a negative control (docs/equations.md, "Emulation s
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 from core_support import model_params, rel_diff, token_ids
@@ -23,7 +21,7 @@ from pldr_ref import PLDRConfig, forward
 from pldr_ref.attention import apply_mask, attention_scores, attention_weights, softmax_float32
 from pldr_ref.constants import FINFO_MIN_F64
 from pldr_ref.inference.generation import generate
-from pldr_ref.inference.modes import HF_MODE, hf_position_ids
+from pldr_ref.inference.modes import hf_position_ids
 from pldr_ref.params import Params
 from pldr_ref.rope import RopeTable, apply_rope, rope_angles, rope_frequencies
 
@@ -237,15 +235,14 @@ def test_hf_left_padded_generation_uses_per_row_positions() -> None:
     prompt = token_ids(cfg, 2, 5, 10)
     mask = np.ones((2, 5), dtype=np.int64)
     mask[0, :2] = 0
-    res = generate(params, prompt, 3, mode="hf", attention_mask=mask, return_traces=True)
+    res = generate(params, prompt, 3, mode="hf-generate", attention_mask=mask, return_traces=True)
     np.testing.assert_array_equal(res.traces[0].positions, [[1, 1, 0, 1, 2], [0, 1, 2, 3, 4]])
     assert [t.positions.tolist() for t in res.traces[1:]] == [[[3], [5]], [[4], [6]]]
     first = res.traces[0].layers[0]
     # first real token: angle 0, so the float32 rotation only rounds q to float32
     np.testing.assert_array_equal(first.q_rot[0, :, 2], first.q[0, :, 2].astype(F32).astype(np.float64))
     assert not np.array_equal(first.q_rot[0, :, 3], first.q[0, :, 3].astype(F32).astype(np.float64))
-    seq = dataclasses.replace(HF_MODE, name="hf-sequence-positions", hf_positions=False)
-    other = generate(params, prompt, 3, mode=seq, attention_mask=mask)
+    other = generate(params, prompt, 3, mode="hf", attention_mask=mask)  # direct calls: cache_position
     assert rel_diff(other.step_logits[:, 0], res.step_logits[:, 0]) > 1e-3  # O(1) on the padded row
     np.testing.assert_array_equal(other.step_logits[0, 1], res.step_logits[0, 1])  # unpadded row: same prefill
 

@@ -25,7 +25,8 @@ from pldr_ref.params import Params
 
 @dataclasses.dataclass(frozen=True)
 class SwitchMutation:
-    """``switch`` forced to ``wrong`` (``switch="position_ids"``: the per-row positions dropped) on ``case``."""
+    """``switch`` forced to ``wrong`` on ``case`` (``switch="position_ids"``: the per-row positions dropped;
+    ``switch="mode"``: the case's inference mode replaced)."""
 
     name: str
     switch: str
@@ -35,7 +36,7 @@ class SwitchMutation:
 
 
 def _mutated_config(config: Any, mutation: SwitchMutation) -> Any:
-    if mutation.switch == "position_ids":
+    if mutation.switch in ("position_ids", "mode"):
         return config
     return config.replace(**{mutation.switch: mutation.wrong})
 
@@ -52,9 +53,13 @@ class SwitchMutant(ReferenceBackend):
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         cfg = _mutated_config(case.config, self.mutation)
         inputs = dict(case.inputs)
+        args = dict(case.args)
         if self.mutation.switch == "position_ids":
             inputs.pop("position_ids", None)
-        mutated = dataclasses.replace(case, config=cfg, params=Params(cfg, dict(case.params.items())), inputs=inputs)
+        if self.mutation.switch == "mode":
+            args["mode"] = self.mutation.wrong
+        mutated = dataclasses.replace(case, config=cfg, params=Params(cfg, dict(case.params.items())), inputs=inputs,
+                                      args=args)
         return super().run_case(mutated, dtype)
 
     def run_stage(self, request: StageRequest) -> dict[str, np.ndarray]:
@@ -96,6 +101,8 @@ SWITCH_MUTATIONS: tuple[SwitchMutation, ...] = (
                    "id 0 masked without an attention mask (native rule) where HF masks nothing"),
     SwitchMutation("position-ids-ignored", "position_ids", None, "switch_position_ids",
                    "per-row position_ids ignored: every row at 0..S-1"),
+    SwitchMutation("hf-generate-positions-ignored", "mode", "hf", "switch_hf_generate_left_padded",
+                   "HF generate's per-row positions ignored: left-padded rows rotated at the sequence index"),
 )
 
 

@@ -146,7 +146,7 @@ def generate(
     The prompt pass is a full causal forward of ``prompt_ids`` [B, T]; each later call is made as
     ``mode`` says (see :mod:`pldr_ref.inference.modes`).  Generation stops after ``max_new_tokens``
     or once every row has produced ``eos_id`` (rows that finished early keep being extended).
-    In mode ``"hf"`` with a left-padded ``attention_mask`` the RoPE positions are HF ``generate``'s per-row
+    In mode ``"hf-generate"`` with a left-padded ``attention_mask`` the RoPE positions are HF ``generate``'s per-row
     ``cumsum(mask) - 1`` (padding at 1); ``rope_table`` is the table of ``rope_table="explicit"``.
     """
     if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:

@@ -10,6 +10,7 @@ A mode says what is frozen after the prompt (prefill) pass:
 | ``g`` | off | on | whole growing sequence; A recomputed, PLGA replaced by the prompt's A_LM, G_LM |
 | ``none`` | off | off | whole growing sequence, everything recomputed (sequential generation) |
 | ``hf`` | on | on | HF ``use_cache=True``: causal + padding mask on cached steps, any step length, ``cache_first_G`` |
+| ``hf-generate`` | on | on | as ``hf``, with HF ``generate``'s per-row positions cumsum(mask) - 1 (pads at 1) |
 
 An ``initial_g_cache`` (PT-v510 ``Gcachelst_init``) is used at every step, in every mode.
 """
@@ -71,8 +72,11 @@ NATIVE_MODES: dict[str, InferenceMode] = {
 }
 
 #: HF ``use_cache=True`` (spec §8.2); ``use_cache=False`` is native ``"none"``.
-HF_MODE = InferenceMode("hf", kv_cache=True, g_cache=True, cached_mask="causal", pad_from_token=False,
-                        hf_positions=True)
+HF_MODE = InferenceMode("hf", kv_cache=True, g_cache=True, cached_mask="causal", pad_from_token=False)
+
+#: HF ``generate(..., use_cache=True)``: as :data:`HF_MODE` (direct model calls, RoPE at ``cache_position``) plus
+#: ``generate``'s per-row ``position_ids`` from the attention mask (:func:`hf_position_ids`).
+HF_GENERATE_MODE = dataclasses.replace(HF_MODE, name="hf-generate", hf_positions=True)
 
 #: Position id HF ``GenerationMixin.prepare_inputs_for_generation`` gives padding tokens
 #: (``position_ids.masked_fill_(attention_mask == 0, 1)``).
@@ -97,13 +101,15 @@ def hf_mode(cache_first_G: bool = False) -> InferenceMode:
 
 
 def resolve_mode(mode: str | InferenceMode) -> InferenceMode:
-    """An :class:`InferenceMode` from itself or a name in :data:`NATIVE_MODES` or ``"hf"``."""
+    """An :class:`InferenceMode` from itself or a name in :data:`NATIVE_MODES`, ``"hf"`` or ``"hf-generate"``."""
     if isinstance(mode, InferenceMode):
         return mode
     if mode == "hf":
         return HF_MODE
+    if mode == "hf-generate":
+        return HF_GENERATE_MODE
     if mode not in NATIVE_MODES:
-        raise ValueError(f"unknown inference mode {mode!r}; available: {[*NATIVE_MODES, 'hf']}")
+        raise ValueError(f"unknown inference mode {mode!r}; available: {[*NATIVE_MODES, 'hf', 'hf-generate']}")
     return NATIVE_MODES[mode]
 
 
