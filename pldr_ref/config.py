@@ -346,7 +346,8 @@ _TF_V500: dict[str, Any] = dict(
 #: Emulation profiles (:meth:`PLDRConfig.emulate`): the switch values with which each released code base
 #: computes (``docs/equations.md`` cites the code line behind every value).
 #:
-#: * ``pt-v510``: PT-v510 (torchtune RoPE with float32 buffers, ``Ep / sqrt(f32 dk)``, ``Ep + mask * -1e9`` in
+#: * ``pt-v510``: PT-v510 built under default dtype float64 (torchtune RoPE with float32 buffers,
+#:   ``Ep / sqrt(f32 dk)``, ``Ep + mask * -1e9`` in
 #:   the model dtype, softmax in the model dtype, float32 sqrt(d)); pads from token id 0.
 #: * ``hf-sdpa``: HF ``pldrllm`` with the transformers 5.x default attention (bool mask, safe softmax: a fully
 #:   masked row is zeros), ``scaling = 1/sqrt(dk)`` in the model dtype, float32 table buffers kept by
