@@ -319,3 +319,19 @@ def test_hf_profiles_never_mask_without_an_attention_mask() -> None:
     hf = forward(params, ids).logits
     np.testing.assert_array_equal(hf, forward(params, ids, pad_masking=False).logits)
     assert rel_diff(forward(params, ids, pad_masking=True).logits, hf) > 1e-3  # native would mask it
+
+
+def test_explicit_position_ids_continue_per_row_in_every_cache_mode() -> None:
+    params = model_params(TINY, 12)
+    prompt = token_ids(TINY, 2, 5, 12)
+    pos = np.array([np.arange(5), np.arange(5) + 10])
+    for mode in ("kv+g", "kv", "hf"):
+        res = generate(params, prompt, 3, mode=mode, position_ids=pos, return_traces=True)
+        assert [t.positions.tolist() for t in res.traces[1:]] == [[[5], [15]], [[6], [16]]], mode
+    none = generate(params, prompt, 3, mode="none", position_ids=pos, return_traces=True)
+    np.testing.assert_array_equal(none.traces[2].positions, [np.arange(7), np.arange(7) + 10])
+    alone = generate(params, prompt[1:], 3, mode="none", position_ids=pos[1:])
+    np.testing.assert_array_equal(alone.tokens[0], none.tokens[1])
+    assert rel_diff(alone.step_logits[:, 0], none.step_logits[:, 1]) <= 1e-13
+    shifted = generate(params, prompt[1:], 3, mode="none")  # negative control: rows at 0..T-1
+    assert rel_diff(shifted.step_logits[:, 0], alone.step_logits[:, 0]) > 1e-3

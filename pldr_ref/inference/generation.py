@@ -140,6 +140,7 @@ def generate(
     attention_mask: np.ndarray | None = None,
     initial_g_cache: GCache | None = None,
     rope_table: RopeTable | None = None,
+    position_ids: np.ndarray | None = None,
 ) -> GenerationResult:
     """Autoregressive generation (paper eq. 4.8 loop; spec §8.1): one call per generated token.
 
@@ -147,7 +148,8 @@ def generate(
     ``mode`` says (see :mod:`pldr_ref.inference.modes`).  Generation stops after ``max_new_tokens``
     or once every row has produced ``eos_id`` (rows that finished early keep being extended).
     In mode ``"hf-generate"`` with a left-padded ``attention_mask`` the RoPE positions are HF ``generate``'s per-row
-    ``cumsum(mask) - 1`` (padding at 1); ``rope_table`` is the table of ``rope_table="explicit"``.
+    ``cumsum(mask) - 1`` (padding at 1); explicit ``position_ids`` [B, T] of the prompt override them, and each
+    row's later tokens continue from its last position.  ``rope_table`` is the table of ``rope_table="explicit"``.
     """
     if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
@@ -155,7 +157,7 @@ def generate(
     m = resolve_mode(mode)
     rng = make_rng(seed)
     step, state = prefill(params, prompt_ids, m, attention_mask=attention_mask, initial_g_cache=initial_g_cache,
-                          rope_table=rope_table)
+                          rope_table=rope_table, position_ids=position_ids)
     logits = step.logits[:, -1]
     tokens, all_logits, traces = [], [], [step.output]
     done = np.zeros(logits.shape[0], dtype=bool)

@@ -118,7 +118,9 @@ class DecodeState:
     """Everything a decoding loop carries between calls.
 
     ids [B, T]: every token so far; attention_mask [B, T] (HF, 1 = keep) or None;
-    kv_cache / g_cache: the caches the mode keeps (None when off).
+    kv_cache / g_cache: the caches the mode keeps (None when off); rope_table: the explicit RoPE table (or
+    None); position_ids [B, T]: the RoPE positions of every token so far when they were given explicitly
+    (None: the sequence index, or HF generate's positions in mode ``hf-generate``).
     """
 
     ids: np.ndarray
@@ -126,6 +128,7 @@ class DecodeState:
     kv_cache: KVCache | None
     g_cache: GCache | None
     rope_table: RopeTable | None = None
+    position_ids: np.ndarray | None = None
 
 
 def prefill(
@@ -136,11 +139,14 @@ def prefill(
     attention_mask: np.ndarray | None = None,
     initial_g_cache: GCache | None = None,
     rope_table: RopeTable | None = None,
+    position_ids: np.ndarray | None = None,
 ) -> tuple[StepOutput, DecodeState]:
     """The prompt pass: full causal forward of the prompt; caches are filled as ``mode`` says.
 
     With ``initial_g_cache`` the prompt pass already uses it (PT-v510 ``Gcachelst_init``).
     HF ``cache_first_G``: the prompt pass uses per-sample operators, sample 0's are stored.
+    ``position_ids`` [B, T]: explicit per-row RoPE positions of the prompt; later tokens of a row continue
+    from its last position (+1 per token).
     """
     m = resolve_mode(mode)
     if (m.g_cache or initial_g_cache is not None) and params.config.gram_mode == "cumulative":
@@ -148,14 +154,23 @@ def prefill(
     ids = np.asarray(prompt_ids)
     step = cached_forward(
         params, ids, g_cache=initial_g_cache, attention_mask=attention_mask, pad_masking=m.pad_from_token,
-        position_ids=_mode_positions(m, attention_mask, ids.shape[1]), rope_table=rope_table,
+        position_ids=_mode_positions(m, attention_mask, ids.shape[1]) if position_ids is None else position_ids,
+        rope_table=rope_table,
     )
     g = initial_g_cache
     if g is None and m.g_cache:
         g = step.g_cache.first_sample() if m.cache_first_G else step.g_cache
     kv = step.kv_cache if m.kv_cache else None
     mask = None if attention_mask is None else np.asarray(attention_mask)
-    return step, DecodeState(ids.astype(np.int64), mask, kv, g, rope_table)
+    pos = None if position_ids is None else np.asarray(step.output.positions)
+    return step, DecodeState(ids.astype(np.int64), mask, kv, g, rope_table, pos)
+
+
+def _continued_positions(state: DecodeState, num_new: int) -> np.ndarray | None:
+    """Explicit positions of ``num_new`` appended tokens: each row continues from its last position."""
+    if state.position_ids is None:
+        return None
+    return state.position_ids[:, -1:] + 1 + np.arange(num_new)[None, :]
 
 
 def _mode_positions(m: InferenceMode, attention_mask: np.ndarray | None, last: int) -> np.ndarray | None:
@@ -188,22 +203,26 @@ def advance(
         old = np.ones(state.ids.shape, dtype=np.int64) if state.attention_mask is None else state.attention_mask
         add = np.ones(new.shape, dtype=np.int64) if new_attention_mask is None else np.asarray(new_attention_mask)
         mask = np.concatenate([old.astype(np.int64), add.astype(np.int64)], axis=1)
+    more = _continued_positions(state, new.shape[1])
+    positions = None if more is None else np.concatenate([state.position_ids, more], axis=1)
     if m.kv_cache:
         if state.kv_cache is None:
             raise ValueError(f"mode {m.name!r} needs a KV cache: call prefill first")
         step = cached_forward(
             params, new, kv_cache=state.kv_cache, g_cache=state.g_cache, cached_mask=m.cached_mask,
             attention_mask=None if mask is None else mask[:, -new.shape[1]:], pad_masking=m.pad_from_token,
-            position_ids=_mode_positions(m, mask, new.shape[1]), rope_table=state.rope_table,
+            position_ids=_mode_positions(m, mask, new.shape[1]) if positions is None else positions[:, -new.shape[1]:],
+            rope_table=state.rope_table,
         )
         logits = step.logits
         kv = step.kv_cache
     else:
         step = cached_forward(params, ids, g_cache=state.g_cache, attention_mask=mask, pad_masking=m.pad_from_token,
-                              position_ids=_mode_positions(m, mask, ids.shape[1]), rope_table=state.rope_table)
+                              position_ids=_mode_positions(m, mask, ids.shape[1]) if positions is None else positions,
+                              rope_table=state.rope_table)
         logits = step.logits[:, -new.shape[1]:]
         kv = None
-    return logits, step, DecodeState(ids, mask, kv, state.g_cache, state.rope_table)
+    return logits, step, DecodeState(ids, mask, kv, state.g_cache, state.rope_table, positions)
 
 
 # ----------------------------------------------------------------------------- external G
