@@ -9,6 +9,9 @@ import numpy as np
 from pldr_ref.constants import EXP_ZERO_BELOW, FINFO_MIN_F64, MASK_VALUE
 
 MASK_MODES = ("ideal", "additive", "finfo_min")
+MASK_ADD_DTYPES = ("float64", "float32")
+SOFTMAX_PRECISIONS = ("float64", "float32")
+MASKED_ROWS = ("arithmetic", "zeros", "uniform", "nan")
 
 
 def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
@@ -23,17 +26,39 @@ def merge_heads(z: np.ndarray) -> np.ndarray:
     return z.transpose(0, 2, 1, 3).reshape(b, s, h * dk)
 
 
-def attention_scores(q_rot: np.ndarray, g_lm: np.ndarray, k_rot: np.ndarray) -> np.ndarray:
+#: Score-scale precisions (``PLDRConfig.score_scale``).
+SCORE_SCALES = ("exact", "float32", "reciprocal")
+
+
+def score_scale_divisor(d_k: int, scale: str = "exact") -> tuple[str, float]:
+    """How Sc is scaled: ("divide", sqrt(d_k)) in float64 (``exact``), ("divide", f32 sqrt(f32 d_k))
+    (``float32``: PT-v510 ``Ep / torch.sqrt(dk.to(float32))``, TF ``Ep / tf.math.sqrt(f32 dk)``), or
+    ("multiply", RN64(1 / RN64(sqrt(d_k)))) (``reciprocal``: HF ``scaling = 1 / torch.sqrt(dk)``)."""
+    if scale == "exact":
+        return "divide", float(np.sqrt(np.float64(d_k)))
+    if scale == "float32":
+        return "divide", float(np.sqrt(np.float32(d_k)))  # IEEE sqrt: correctly rounded in float32
+    if scale == "reciprocal":
+        return "multiply", float(1.0 / np.sqrt(np.float64(d_k)))
+    raise ValueError(f"score_scale must be one of {SCORE_SCALES}, got {scale!r}")
+
+
+def attention_scores(q_rot: np.ndarray, g_lm: np.ndarray, k_rot: np.ndarray, scale: str = "exact") -> np.ndarray:
     """Sc = (Q~ G_LM) K~^T / sqrt(d_k) (paper eq. 3.7); Q~ G is formed first.
 
     q_rot: [B, H, S, d_k]; k_rot: [B, H, T, d_k]; g_lm: [B or 1, H, d_k, d_k] (one operator
     per head) or [B, H, S, d_k, d_k] (cumulative Gram: one operator per query row).
     Returns [B, H, S, T].  G_LM = I gives scaled dot-product attention (Theorem 5.4(i)).
+    ``scale`` says how 1/sqrt(d_k) is applied (:func:`score_scale_divisor`).
     """
     d_k = q_rot.shape[-1]
     # one operator per head, or (cumulative Gram) one per query row
     qg = np.matmul(q_rot[..., None, :], g_lm)[..., 0, :] if g_lm.ndim == 5 else np.matmul(q_rot, g_lm)
-    root = float(np.sqrt(d_k))
+    op, root = score_scale_divisor(d_k, scale)
+    if op == "multiply":
+        sc = np.matmul(qg, np.swapaxes(k_rot, -1, -2))
+        sc *= root
+        return sc
     if math.frexp(root)[0] == 0.5:
         # sqrt(d_k) = 2^n (d_k = 64 in every release): scaling Q~G by 2^-n before the product is exact and
         # bit-identical to dividing the [S, T] product afterwards (barring subnormals), one pass cheaper
@@ -60,14 +85,28 @@ def causal_padding_mask(
     return mask
 
 
-def apply_mask(scores: np.ndarray, mask: np.ndarray | None, mode: str, mask_value: float = MASK_VALUE) -> np.ndarray:
+def apply_mask(
+    scores: np.ndarray, mask: np.ndarray | None, mode: str, mask_value: float = MASK_VALUE, add_dtype: str = "float64"
+) -> np.ndarray:
     """Masked logits: ``ideal`` -> -inf where masked; ``additive`` -> scores + mask_value * M;
-    ``finfo_min`` -> scores + finfo(float64).min where masked (HF eager)."""
+    ``finfo_min`` -> scores + finfo(float64).min where masked (HF eager).
+
+    ``add_dtype="float32"`` (``additive`` only; TF and PT float32 training, ``E = Ep + mask * -1e9`` in
+    float32): a masked logit is RN32(RN32(Sc) + RN32(mask_value)), so it is exactly -1e9 whenever
+    |Sc| < 32 (half an ulp of 1e9 in float32) and a multiple of 64 otherwise; allowed logits are unchanged.
+    """
     if mask is None:
         return scores
+    if add_dtype not in MASK_ADD_DTYPES:
+        raise ValueError(f"mask_add_dtype must be one of {MASK_ADD_DTYPES}, got {add_dtype!r}")
+    if add_dtype == "float32" and mode != "additive":
+        raise ValueError(f"mask_add_dtype='float32' needs mask_mode='additive', got {mode!r}")
     if mode == "ideal":
         return np.where(mask, -np.inf, scores)
     if mode == "additive":
+        if add_dtype == "float32":
+            masked32 = scores.astype(np.float32) + np.float32(mask_value)
+            return np.where(mask, masked32.astype(np.float64), scores)
         return scores + mask_value * mask.astype(np.float64)
     if mode == "finfo_min":
         return scores + np.where(mask, FINFO_MIN_F64, 0.0)
@@ -97,6 +136,48 @@ def masked_softmax(logits: np.ndarray, *, overwrite_input: bool = False) -> np.n
     # a NaN anywhere in the row makes z NaN and the whole row NaN (never a silent zero row)
     np.divide(e, np.where(z == 0, 1.0, z), out=e)
     return e
+
+
+def softmax_float32(logits: np.ndarray) -> np.ndarray:
+    """HF eager ``F.softmax(l, dim=-1, dtype=float32).to(float64)`` as an exact statement (float64 [..., T]).
+
+    l32 = RN32(l) (so finfo(float64).min and -1e300 become -inf), m = max_j l32, then
+    E = RN32(exp(l32 - m) / sum_j exp(l32 - m)) with the inner arithmetic in float64 (one final rounding to
+    float32; torch's float32 kernel agrees to a few float32 ulps).  A row of -inf gives NaN (-inf - -inf), as
+    torch's softmax does; a NaN makes its row NaN.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        l32 = np.asarray(logits, dtype=np.float64).astype(np.float32).astype(np.float64)
+        m = np.max(l32, axis=-1, keepdims=True)
+        e = np.exp(l32 - m)
+        out = e / np.sum(e, axis=-1, keepdims=True)
+    return out.astype(np.float32).astype(np.float64)
+
+
+def attention_weights(
+    logits: np.ndarray,
+    mask: np.ndarray | None,
+    *,
+    precision: str = "float64",
+    masked_row: str = "arithmetic",
+    overwrite_input: bool = False,
+) -> np.ndarray:
+    """E = softmax(logits) in ``precision`` (``float64``: :func:`masked_softmax`; ``float32``:
+    :func:`softmax_float32`), then rows whose every key is masked (``mask`` [B|1, 1, S, T], True = forbidden)
+    set as ``masked_row`` says: ``arithmetic`` leaves what the arithmetic gave; ``zeros``, ``uniform`` (1/T)
+    or ``nan`` override them.  Returns [B, H, S, T]."""
+    if precision not in SOFTMAX_PRECISIONS:
+        raise ValueError(f"softmax_precision must be one of {SOFTMAX_PRECISIONS}, got {precision!r}")
+    if masked_row not in MASKED_ROWS:
+        raise ValueError(f"masked_row must be one of {MASKED_ROWS}, got {masked_row!r}")
+    e = softmax_float32(logits) if precision == "float32" else masked_softmax(logits, overwrite_input=overwrite_input)
+    if masked_row == "arithmetic" or mask is None:
+        return e
+    dead = np.all(mask, axis=-1, keepdims=True)  # [B|1, 1, S, 1]
+    if not dead.any():
+        return e
+    fill = {"zeros": 0.0, "uniform": 1.0 / e.shape[-1], "nan": np.nan}[masked_row]
+    return np.where(dead, fill, e)
 
 
 def mix_values(e: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -31,6 +31,27 @@ METRIC_LEARNERS = ("v500", "v900", "none")
 G_MODES = ("learned", "identity", "random", "external")
 GRAM_MODES = ("global", "cumulative")
 INIT_SCHEMES = ("torch", "keras", "hf")
+#: RoPE table source (issue 12): ``auto`` follows ``rope_precision``; ``exact`` real angles; ``float32`` the
+#: torchtune / keras-nlp float32 table with every step correctly rounded; ``keras-0.6.4`` keras-nlp 0.6.4's angle
+#: formula omega = 1 / base^e evaluated in float64 (the layer dtype of a float64 run); ``explicit`` a user table.
+ROPE_TABLES = ("auto", "exact", "float32", "keras-0.6.4", "explicit")
+#: RoPE arithmetic: ``auto`` follows ``rope_precision``; ``float64`` (q, k and table used as they are);
+#: ``float32`` (q, k and table rounded to float32, rotation in float32: torchtune with float32 buffers);
+#: ``float64_qk_f32`` (q, k rounded to float32, rotation in float64: torchtune after ``model.double()``).
+ROPE_ARITHMETICS = ("auto", "float64", "float32", "float64_qk_f32")
+#: 1/sqrt(d_k): ``exact`` (divide by sqrt in float64), ``float32`` (divide by sqrt(f32 d_k): PT-v510, TF),
+#: ``reciprocal`` (multiply by 1/sqrt(d_k) rounded in the model dtype: HF ``scaling``).
+SCORE_SCALES = ("exact", "float32", "reciprocal")
+#: dtype in which the additive -1e9 mask is added: ``float64`` or ``float32`` (TF / PT float32 training).
+MASK_ADD_DTYPES = ("float64", "float32")
+#: softmax precision: ``float64`` or ``float32`` (HF eager ``F.softmax(..., dtype=float32)``; TF float32).
+SOFTMAX_PRECISIONS = ("float64", "float32")
+#: rows whose every key is masked: ``arithmetic`` (what the mask arithmetic and softmax give), or forced to
+#: ``zeros``, ``uniform`` or ``nan``.
+MASKED_ROWS = ("arithmetic", "zeros", "uniform", "nan")
+#: where padding keys come from by default: ``token`` (ids equal to pad_id; native) or ``attention_mask``
+#: (only an explicit HF attention mask; HF never masks without one).
+PAD_SOURCES = ("token", "attention_mask")
 
 _CHOICES = {
     "rope_layout": ROPE_LAYOUTS,
@@ -41,6 +62,13 @@ _CHOICES = {
     "g_mode": G_MODES,
     "gram_mode": GRAM_MODES,
     "init_scheme": INIT_SCHEMES,
+    "rope_table": ROPE_TABLES,
+    "rope_arithmetic": ROPE_ARITHMETICS,
+    "score_scale": SCORE_SCALES,
+    "mask_add_dtype": MASK_ADD_DTYPES,
+    "softmax_precision": SOFTMAX_PRECISIONS,
+    "masked_row": MASKED_ROWS,
+    "pad_source": PAD_SOURCES,
 }
 
 
@@ -80,6 +108,13 @@ class PLDRConfig:
     gram_mode: str = "global"
     init_scheme: str = "torch"
     pad_id: int = 0
+    rope_table: str = "auto"
+    rope_arithmetic: str = "auto"
+    score_scale: str = "exact"
+    mask_add_dtype: str = "float64"
+    softmax_precision: str = "float64"
+    masked_row: str = "arithmetic"
+    pad_source: str = "token"
 
     # ------------------------------------------------------------------ derived
     @property
@@ -96,6 +131,28 @@ class PLDRConfig:
     def metric_width(self) -> int:
         """Width of the residual units' last axis: d_k (v500) or A_dff_depth (v900)."""
         return self.A_dff_depth if self.metric_learner == "v900" else self.d_k
+
+    @property
+    def rope_table_source(self) -> str:
+        """The RoPE table source in effect: ``rope_table``, or ``rope_precision`` when it is ``"auto"``."""
+        return self.rope_precision if self.rope_table == "auto" else self.rope_table
+
+    @property
+    def rope_arithmetic_dtype(self) -> str:
+        """The RoPE arithmetic in effect: ``rope_arithmetic``, or from ``rope_precision`` when ``"auto"``
+        (``exact`` -> ``float64``, ``float32`` -> ``float32``)."""
+        if self.rope_arithmetic != "auto":
+            return self.rope_arithmetic
+        return "float32" if self.rope_precision == "float32" else "float64"
+
+    def emulate(self, name: str, **overrides: Any) -> PLDRConfig:
+        """This config with the switch values of the released code base ``name`` (see :data:`EMULATIONS`).
+
+        Only implementation switches change (sizes and parameters stay); ``overrides`` are applied last.
+        """
+        if name not in EMULATIONS:
+            raise ValueError(f"unknown emulation profile {name!r}; available: {sorted(EMULATIONS)}")
+        return self.replace(**{**EMULATIONS[name], **overrides})
 
     # -------------------------------------------------------------- validation
     def __post_init__(self) -> None:
@@ -137,6 +194,8 @@ class PLDRConfig:
             raise ValueError(f"PLDRConfig.mask_value={self.mask_value!r} must be finite")
         if self.mask_value >= 0:
             raise ValueError(f"PLDRConfig.mask_value={self.mask_value!r} must be negative")
+        if self.mask_add_dtype == "float32" and self.mask_mode != "additive":
+            raise ValueError(f"PLDRConfig.mask_add_dtype='float32' needs mask_mode='additive', got {self.mask_mode!r}")
         if self.pad_id >= self.vocab_size:
             raise ValueError(f"PLDRConfig.pad_id={self.pad_id} must be < vocab_size={self.vocab_size}")
 
@@ -176,6 +235,7 @@ class PLDRConfig:
 
     @classmethod
     def from_hf_config(cls, source: str | os.PathLike[str] | Mapping[str, Any], *, unknown_keys: str = "error",
+                       attn_implementation: str = "sdpa",
                        **overrides: Any) -> PLDRConfig:
         """Build a config from a Hugging Face ``PldrllmConfig`` ``config.json`` (spec §5, §8.2).
 
@@ -188,6 +248,8 @@ class PLDRConfig:
         :data:`HF_IGNORED_KEYS` (bookkeeping keys that do not change the forward map) is an error naming
         it (a misspelt ``num_hidden_layer`` would otherwise silently take the default); with
         ``unknown_keys="warn"`` such keys are ignored with one ``UserWarning`` listing them.
+        ``attn_implementation`` (``"sdpa"``, the transformers 5.x default, or ``"eager"``) selects the
+        ``hf-sdpa`` / ``hf-eager`` emulation profile (:func:`hf_attention_switches`).
         """
         if unknown_keys not in HF_UNKNOWN_KEY_POLICIES:
             raise ValueError(f"unknown_keys={unknown_keys!r} is not one of {HF_UNKNOWN_KEY_POLICIES}")
@@ -207,6 +269,7 @@ class PLDRConfig:
         if not isinstance(hf, Mapping):
             raise ValueError(f"{where} must be a JSON object, got {type(hf).__name__}")
         fields = _fields_from_hf(hf, where, unknown_keys)
+        fields.update(hf_attention_switches(attn_implementation, bool(fields["rope_layout"] == "interleaved")))
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"PLDRConfig has no field(s) {sorted(unknown)}")
@@ -352,7 +415,8 @@ def _fields_from_hf(hf: Mapping[str, Any], where: str = "HF config", unknown_key
     HF semantics reproduced: ``hidden_size`` None -> heads * head_dim; ``intermediate_size`` None ->
     floor(d * 4 * 2/3); ``reference_rope`` True -> torchtune RoPE (interleaved, float32 table, q/k rounded
     to float32), False -> half-split; ``custom_G_type`` None -> learned G with the v500 metric learner,
-    else a fixed G buffer and no metric learner.  Eager masks use finfo(float64).min, the embedding scale
+    else a fixed G buffer and no metric learner.  The attention switches (mask, softmax, score scale, RoPE
+    arithmetic, padding source) come from :func:`hf_attention_switches`; the embedding scale
     is in the model dtype, the initialiser is xavier_uniform ("hf").  Values are type-checked and unknown
     keys refused (see :meth:`PLDRConfig.from_hf_config`).
     """
@@ -412,6 +476,64 @@ def _fields_from_hf(hf: Mapping[str, Any], where: str = "HF config", unknown_key
         "init_scheme": "hf",
         "pad_id": 0 if pad is None else pad,
     }
+
+
+_HF_SDPA: dict[str, Any] = dict(
+    rope_layout="interleaved", rope_precision="float32", rope_table="float32", rope_arithmetic="float32",
+    score_scale="reciprocal", mask_mode="ideal", mask_add_dtype="float64", softmax_precision="float64",
+    masked_row="zeros", embed_scale_precision="exact", pad_source="attention_mask",
+)
+_TF_V500: dict[str, Any] = dict(
+    rope_layout="half", rope_precision="float32", rope_table="float32", rope_arithmetic="float32",
+    score_scale="float32", mask_mode="additive", mask_add_dtype="float32", softmax_precision="float32",
+    masked_row="arithmetic", embed_scale_precision="float32", pad_source="token", metric_learner="v500",
+)
+
+#: Emulation profiles (:meth:`PLDRConfig.emulate`): the switch values with which each released code base
+#: computes (``docs/equations.md`` cites the code line behind every value).
+#:
+#: * ``pt-v510``: PT-v510 built under default dtype float64 (torchtune RoPE with float32 buffers,
+#:   ``Ep / sqrt(f32 dk)``, ``Ep + mask * -1e9`` in
+#:   the model dtype, softmax in the model dtype, float32 sqrt(d)); pads from token id 0.
+#: * ``hf-sdpa``: HF ``pldrllm`` with the transformers 5.x default attention (bool mask, safe softmax: a fully
+#:   masked row is zeros), ``scaling = 1/sqrt(dk)`` in the model dtype, float32 table buffers kept by
+#:   ``from_pretrained(dtype=float64)``; padding only from the attention mask.
+#: * ``hf-eager``: as ``hf-sdpa`` with ``attn_implementation="eager"``: finfo(float64).min mask, softmax in
+#:   float32 (the mask becomes -inf: a fully masked row is NaN).
+#: * ``hf-double-cast``: as ``hf-sdpa`` for a model cast with ``.double()`` after construction: the table
+#:   buffers become float64, q and k are still rounded to float32, the rotation runs in float64.
+#: * ``tf-v500`` / ``tf-v900``: the TF code in float32: half-split keras-nlp RoPE, ``Ep / sqrt(f32 dk)``,
+#:   ``Ep + mask * -1e9`` added in float32, float32 softmax, float32 sqrt(d); v900 also sets the v900
+#:   metric learner (give ``A_dff_depth``).
+EMULATIONS: dict[str, dict[str, Any]] = {
+    "pt-v510": dict(
+        rope_layout="interleaved", rope_precision="float32", rope_table="float32", rope_arithmetic="float32",
+        score_scale="float32", mask_mode="additive", mask_add_dtype="float64", softmax_precision="float64",
+        masked_row="arithmetic", embed_scale_precision="float32", pad_source="token",
+    ),
+    "hf-sdpa": _HF_SDPA,
+    "hf-eager": dict(_HF_SDPA, mask_mode="finfo_min", softmax_precision="float32", masked_row="nan"),
+    "hf-double-cast": dict(_HF_SDPA, rope_arithmetic="float64_qk_f32"),
+    "tf-v500": _TF_V500,
+    "tf-v900": dict(_TF_V500, metric_learner="v900"),
+}
+
+#: HF ``attn_implementation`` -> emulation profile used by :meth:`PLDRConfig.from_hf_config`.
+HF_ATTN_PROFILES = {"sdpa": "hf-sdpa", "eager": "hf-eager"}
+
+
+def hf_attention_switches(attn_implementation: str, reference_rope: bool = True) -> dict[str, Any]:
+    """Switch values of HF ``pldrllm`` for ``attn_implementation`` (``"sdpa"`` or ``"eager"``).
+
+    ``reference_rope=False`` (HF ``PldrllmRotaryEmbedding``): half-split pairs, float32 cos/sin cast to the
+    model dtype, q and k not rounded (``rope_arithmetic="float64"``).
+    """
+    if attn_implementation not in HF_ATTN_PROFILES:
+        raise ValueError(f"attn_implementation={attn_implementation!r} is not one of {sorted(HF_ATTN_PROFILES)}")
+    switches = dict(EMULATIONS[HF_ATTN_PROFILES[attn_implementation]])
+    if not reference_rope:
+        switches.update(rope_layout="half", rope_arithmetic="float64")
+    return switches
 
 
 _V510 = dict(

@@ -10,7 +10,7 @@ import numpy as np
 from pldr_ref.attention import (
     apply_mask,
     attention_scores,
-    masked_softmax,
+    attention_weights,
     merge_heads,
     mix_values,
     split_heads,
@@ -22,7 +22,7 @@ from pldr_ref.metric_learner import metric_learner
 from pldr_ref.norms import layer_norm
 from pldr_ref.params import LayerParams
 from pldr_ref.plga import energy_curvature, metric_tensor, potential_tensor
-from pldr_ref.rope import apply_rope
+from pldr_ref.rope import RopeTable, apply_rope
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,10 +82,12 @@ def decoder_layer(
     frozen_G: tuple[np.ndarray | None, np.ndarray | None, np.ndarray] | None = None,
     gram_offset: np.ndarray | None = None,
     round_to: Callable[[np.ndarray], np.ndarray] | None = None,
+    rope_table: RopeTable | None = None,
 ) -> LayerTrace:
     """Y = MHA_PLGA(X); O1 = LN1(Y + X); O2 = LN2(FFN(O1) + O1) (spec §2.3).
 
-    x: [B, S, d]; positions: [S] absolute positions of the new rows; mask: bool
+    x: [B, S, d]; positions: [S] absolute positions of the new rows, or [B, S] per row (HF ``position_ids``:
+    RoPE only; the mask is built by the caller); ``rope_table``: the table of ``rope_table="explicit"``; mask: bool
     [B|1, 1, S, T] (True = forbidden) or None.  Cache hooks (spec §8): ``past_k`` (rotated)
     and ``past_v`` [B, H, T0, d_k] are prepended; ``frozen_A`` replaces the metric learner
     output (KV cache); ``frozen_G`` = (A_LM, A_P, G_LM) replaces PLGA (G cache).
@@ -99,7 +101,8 @@ def decoder_layer(
     q = r(split_heads(linear(x, lp.wq, lp.bq), h))
     k = r(split_heads(linear(x, lp.wk, lp.bk), h))
     v = np.ascontiguousarray(r(split_heads(linear(x, lp.wv, lp.bv), h)))  # contiguous heads for the E V GEMMs
-    rope = dict(layout=c.rope_layout, precision=c.rope_precision, base=c.rope_base)
+    rope = dict(layout=c.rope_layout, base=c.rope_base, table=c.rope_table_source,
+                arithmetic=c.rope_arithmetic_dtype, explicit=rope_table)
     q_rot = r(apply_rope(q, positions, **rope))
     k_rot = r(apply_rope(k, positions, **rope))
     if past_k is not None:
@@ -130,9 +133,10 @@ def decoder_layer(
         a_lm = a_p = None
         g_lm = np.broadcast_to(lp.g_fixed, (x.shape[0], *lp.g_fixed.shape)).copy()
 
-    scores = r(attention_scores(q_rot, g_lm, k_rot))
-    logits = r(apply_mask(scores, mask, c.mask_mode, c.mask_value))
-    e = r(masked_softmax(logits, overwrite_input=logits is not scores))  # scores stay in the trace
+    scores = r(attention_scores(q_rot, g_lm, k_rot, c.score_scale))
+    logits = r(apply_mask(scores, mask, c.mask_mode, c.mask_value, c.mask_add_dtype))
+    e = r(attention_weights(logits, mask, precision=c.softmax_precision, masked_row=c.masked_row,
+                            overwrite_input=logits is not scores))  # scores stay in the trace
     ctx = r(merge_heads(mix_values(e, v)))
     attn_out = r(linear(ctx, lp.wo, lp.bo))
     out1 = r(layer_norm(attn_out + x, lp.norm1.gamma, lp.norm1.beta, c.eps_ln))

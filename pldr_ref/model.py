@@ -13,6 +13,7 @@ from pldr_ref.inputs import validate_attention_mask, validate_token_ids
 from pldr_ref.layer import LayerTrace, decoder_layer
 from pldr_ref.norms import layer_norm
 from pldr_ref.params import Params
+from pldr_ref.rope import RopeTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,21 +90,49 @@ def sequence_mask(
     return positions, causal_padding_mask(positions, positions, key_padding)
 
 
+def resolve_pad_masking(config: PLDRConfig, pad_masking: bool | None) -> bool:
+    """``pad_masking`` if given, else the config default: True for ``pad_source="token"`` (native: ids equal to
+    pad_id are padding keys), False for ``"attention_mask"`` (HF: no masking without an attention mask)."""
+    if pad_masking is None:
+        return config.pad_source == "token"
+    return bool(pad_masking)
+
+
+def validate_position_ids(position_ids: object, shape: tuple[int, int], config: PLDRConfig) -> np.ndarray:
+    """``position_ids`` as int64 [B, S] (HF semantics: RoPE positions per row), or ``ValueError``/``TypeError``.
+
+    Every id must be in [0, max_seq_len); they need not be increasing (HF left padding repeats them).
+    """
+    arr = np.asarray(position_ids)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"position_ids must be an integer array, got dtype {arr.dtype}")
+    if arr.shape != shape:
+        raise ValueError(f"position_ids has shape {arr.shape}, expected {shape} (one per token)")
+    if arr.size and (arr.min() < 0 or arr.max() >= config.max_seq_len):
+        raise ValueError(f"position_ids must be in [0, max_seq_len={config.max_seq_len}), got "
+                         f"{int(arr.min())}..{int(arr.max())}")
+    return arr.astype(np.int64)
+
+
 def forward(
     params: Params,
     token_ids: np.ndarray,
     *,
     start_pos: int = 0,
     attention_mask: np.ndarray | None = None,
-    pad_masking: bool = True,
+    pad_masking: bool | None = None,
     check_finite_values: bool = True,
     keep_trace: bool = True,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
 ) -> ForwardOutput:
     """Full forward map of PLDR-LLM in float64 (spec §2; paper eqs. 3.2-3.9).
 
     token_ids: int [B, S] at absolute positions start_pos..start_pos+S-1.  Padding keys
     come from ``attention_mask`` (HF, 1 = keep) when given, else from token id
-    ``config.pad_id`` when ``pad_masking`` (native), else none.  Every stage is
+    ``config.pad_id`` when ``pad_masking`` (default: ``config.pad_source == "token"``), else none.
+    ``position_ids`` [B, S] (HF) replaces the RoPE positions per row (the causal mask still follows the
+    sequence index start_pos + s); ``rope_table`` is the table of ``rope_table="explicit"``.  Every stage is
     checked for NaN/inf (``FloatingPointError`` names the stage) unless disabled.
     ``keep_trace=False`` drops each layer's trace once the next layer has its input (``layers`` is
     then empty): the logits are identical, and memory stays O(B H S^2) for one layer instead of L.
@@ -113,14 +142,16 @@ def forward(
     c = params.config
     ids = validate_token_ids(token_ids, c, start_pos)
     positions, mask = sequence_mask(c, ids, start_pos=start_pos, attention_mask=attention_mask,
-                                    pad_masking=pad_masking)
+                                    pad_masking=resolve_pad_masking(c, pad_masking))
+    if position_ids is not None:
+        positions = validate_position_ids(position_ids, ids.shape, c)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         x_embed = embed(params, ids)
         x = layer_norm(x_embed, params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"], c.eps_ln)
         x0 = x
         traces = []
         for i in range(c.num_layers):  # layers are sequential: the loop is over depth, not data
-            t = decoder_layer(params.layer(i), x, c, positions=positions, mask=mask)
+            t = decoder_layer(params.layer(i), x, c, positions=positions, mask=mask, rope_table=rope_table)
             if check_finite_values:
                 for name, arr in t.items():
                     check_finite(f"layers.{i}.{name}", arr)

@@ -1,41 +1,109 @@
 """Rotary position embedding (RoPE) of queries and keys (spec §2.4 step 3, §12; paper §4.1).
 
-Two pairings (``layout``) and two precisions (``precision``) are exposed:
+Two pairings (``layout``), four table sources (``table``) and three rotation arithmetics (``arithmetic``):
 
 * ``"interleaved"`` (torchtune, PT-v510, HF ``reference_rope=True``): pairs (x_{2i}, x_{2i+1});
 * ``"half"`` (keras-nlp rotate_half, TF-v500/v900): pairs (x_i, x_{i + d_k/2});
-* ``"exact"``: angles p * omega_i and the rotation in float64;
-* ``"float32"``: as torchtune does, omega, p * omega, cos and sin are built in float32,
-  and q, k are rounded to float32 and rotated in float32; the result is widened back.
+* tables: ``"exact"`` (angles p * omega_i in float64), ``"float32"`` (omega, p * omega, cos and sin built in
+  float32 as torchtune does, each step correctly rounded), ``"keras-0.6.4"`` (keras-nlp 0.6.4's 1 / base^e in
+  float64) and ``"explicit"`` (a :class:`RopeTable` given by the user, e.g. torch's own float32 table);
+* arithmetic: ``"float64"``, ``"float32"`` (q, k and table rounded to float32, rotation in float32) and
+  ``"float64_qk_f32"`` (q, k rounded to float32, rotation in float64: torchtune after ``model.double()``).
+
+The legacy ``precision`` argument (``"exact"`` / ``"float32"``) sets both: ``"float32"`` is the float32 table
+with the float32 rotation.
 
 With omega_i = base^(-2i/d_k), i = 0..d_k/2 - 1, each pair is rotated by the angle p * omega_i.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 LAYOUTS = ("interleaved", "half")
 PRECISIONS = ("exact", "float32")
+#: Table sources (``PLDRConfig.rope_table``): real angles, the float32 torchtune / keras-nlp table (every step
+#: correctly rounded), keras-nlp 0.6.4's formula in float64, or an explicit user table (:class:`RopeTable`).
+TABLE_SOURCES = ("exact", "float32", "keras-0.6.4", "explicit")
+#: Rotation arithmetic (``PLDRConfig.rope_arithmetic``): see :func:`rotate_pairs`.
+ARITHMETICS = ("float64", "float32", "float64_qk_f32")
+
+
+class RopeTable:
+    """An explicit RoPE table: ``cos``, ``sin`` [P, d_k/2] for absolute positions 0..P-1 (float64 copies).
+
+    Replays any framework's table bit for bit (e.g. torch's float32 ``cache[..., 0]`` / ``cache[..., 1]`` of
+    torchtune, or HF's ``cos[..., :d_k/2]``); used with ``rope_table="explicit"``.
+    """
+
+    def __init__(self, cos: np.ndarray, sin: np.ndarray) -> None:
+        c = np.asarray(cos)
+        s = np.asarray(sin)
+        for name, arr in (("cos", c), ("sin", s)):
+            if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.floating):
+                raise ValueError(f"RopeTable {name} must be a float array [P, d_k/2], got {arr.dtype} {arr.shape}")
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"RopeTable {name} contains NaN or inf")
+        if c.shape != s.shape:
+            raise ValueError(f"RopeTable cos {c.shape} and sin {s.shape} differ in shape")
+        self.cos = c.astype(np.float64)
+        self.sin = s.astype(np.float64)
+
+    @property
+    def num_positions(self) -> int:
+        """P, the number of positions the table covers."""
+        return int(self.cos.shape[0])
+
+    @property
+    def half_width(self) -> int:
+        """d_k / 2."""
+        return int(self.cos.shape[1])
+
+    def lookup(self, positions: np.ndarray, d_k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(cos, sin) [..., d_k/2] at integer ``positions`` [...]; raises if a position or d_k does not fit."""
+        if self.half_width != d_k // 2:
+            raise ValueError(f"RopeTable has {self.half_width} frequencies, d_k={d_k} needs {d_k // 2}")
+        pos = np.asarray(positions)
+        if pos.size and (pos.min() < 0 or pos.max() >= self.num_positions):
+            raise ValueError(f"positions {int(pos.min())}..{int(pos.max())} outside the RopeTable's "
+                             f"0..{self.num_positions - 1}")
+        return self.cos[pos], self.sin[pos]
 
 
 def rope_frequencies(d_k: int, base: float, precision: str = "exact") -> np.ndarray:
-    """omega_i = base^(-2i/d_k), i = 0..d_k/2-1, shape [d_k/2] (float32 values if ``precision="float32"``)."""
+    """omega_i = base^(-2i/d_k), i = 0..d_k/2-1, shape [d_k/2] (float32 values if ``precision="float32"``;
+    ``"keras-0.6.4"``: 1 / base^(2i/d_k) with every step rounded to float64, as keras-nlp 0.6.4 computes it
+    in the layer dtype)."""
     if precision == "float32":
         exps = np.arange(0, d_k, 2, dtype=np.float32)[: d_k // 2] / np.float32(d_k)
         # torch's float32 pow is correctly rounded; NumPy's float32 pow is not (1 ulp off for some
         # exponents), so the power is taken in float64 and rounded once to float32.
         powers = np.power(np.float64(base), exps.astype(np.float64)).astype(np.float32)
         return np.float32(1.0) / powers
+    if precision == "keras-0.6.4":
+        exps = np.arange(0, d_k, 2, dtype=np.float64) / np.float64(d_k)
+        # base^e from the C library's scalar pow (correctly rounded here; NumPy's SIMD power is not: 1 ulp off
+        # in 3 of 32 exponents at d_k = 64); d_k/2 scalars, built once per table
+        powers = np.array([math.pow(float(base), float(e)) for e in exps])
+        return 1.0 / powers
     if precision != "exact":
-        raise ValueError(f"rope precision must be one of {PRECISIONS}, got {precision!r}")
+        raise ValueError(f"rope precision must be one of {(*PRECISIONS, 'keras-0.6.4')}, got {precision!r}")
     return np.power(float(base), -np.arange(0, d_k, 2, dtype=np.float64) / d_k)
 
 
 def rope_angles(
-    positions: np.ndarray, d_k: int, base: float, precision: str = "exact"
+    positions: np.ndarray, d_k: int, base: float, precision: str = "exact", explicit: RopeTable | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(cos, sin) of phi_{p,i} = p * omega_i, each [..., d_k/2] for ``positions`` of shape [...]."""
+    """(cos, sin) of phi_{p,i} = p * omega_i, each [..., d_k/2] for ``positions`` of shape [...].
+
+    ``precision`` is the table source (:data:`TABLE_SOURCES`); ``"explicit"`` reads ``explicit``.
+    """
+    if precision == "explicit":
+        if explicit is None:
+            raise ValueError("rope_table='explicit' needs a RopeTable (argument rope_table=RopeTable(cos, sin))")
+        return explicit.lookup(positions, d_k)
     omega = rope_frequencies(d_k, base, precision)
     pos = np.asarray(positions)
     if precision == "float32":
@@ -46,6 +114,29 @@ def rope_angles(
         return np.cos(phi64).astype(np.float32), np.sin(phi64).astype(np.float32)
     phi = pos.astype(np.float64)[..., None] * omega
     return np.cos(phi), np.sin(phi)
+
+
+def rotate_pairs(
+    x1: np.ndarray, x2: np.ndarray, cos: np.ndarray, sin: np.ndarray, arithmetic: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin in the given ``arithmetic`` (float64 results).
+
+    ``float64``: as given; ``float32``: x, cos and sin rounded to float32 and each product, sum and
+    difference rounded to float32 (torchtune with float32 buffers; no fused multiply-add);
+    ``float64_qk_f32``: x rounded to float32 (torchtune's ``x.float()``), table as given, float64 arithmetic
+    (torchtune after ``model.double()``: float64 buffers).
+    """
+    if arithmetic == "float32":
+        x1, x2 = x1.astype(np.float32), x2.astype(np.float32)
+        cos, sin = np.asarray(cos).astype(np.float32), np.asarray(sin).astype(np.float32)
+    elif arithmetic == "float64_qk_f32":
+        x1, x2 = x1.astype(np.float32).astype(np.float64), x2.astype(np.float32).astype(np.float64)
+        cos, sin = np.asarray(cos, dtype=np.float64), np.asarray(sin, dtype=np.float64)
+    elif arithmetic == "float64":
+        cos, sin = np.asarray(cos, dtype=np.float64), np.asarray(sin, dtype=np.float64)
+    else:
+        raise ValueError(f"rope arithmetic must be one of {ARITHMETICS}, got {arithmetic!r}")
+    return (x1 * cos - x2 * sin).astype(np.float64), (x2 * cos + x1 * sin).astype(np.float64)
 
 
 def _pairs(x: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
@@ -70,24 +161,32 @@ def apply_rope(
     layout: str = "interleaved",
     precision: str = "exact",
     base: float = 10000.0,
+    table: str | None = None,
+    arithmetic: str | None = None,
+    explicit: RopeTable | None = None,
 ) -> np.ndarray:
-    """Rotate ``x`` [..., S, d_k] by RoPE at absolute ``positions`` [S] (or broadcastable [..., S]).
+    """Rotate ``x`` [..., S, d_k] by RoPE at absolute ``positions`` [S], or per row [B, S] for x [B, H, S, d_k].
 
     y_a = x_a cos(phi) - x_b sin(phi),  y_b = x_b cos(phi) + x_a sin(phi)
     for each pair (a, b) of ``layout``.  Returns float64 [..., S, d_k].
+    ``table`` (default: ``precision``) is the table source, ``arithmetic`` (default: ``float32`` when
+    ``precision="float32"``, else ``float64``) the rotation arithmetic (:func:`rotate_pairs`).
     Paper: Definition 4.3 (rotated queries/keys); Lean ``RoPE`` file.
     """
     x = np.asarray(x)
     d_k = x.shape[-1]
     if d_k % 2:
         raise ValueError(f"RoPE needs an even last axis, got {d_k}")
-    cos, sin = rope_angles(positions, d_k, base, precision)
-    if precision == "float32":
-        x = x.astype(np.float32)
+    source = precision if table is None else table
+    if arithmetic is None:
+        arithmetic = "float32" if precision == "float32" else "float64"
+    pos = np.asarray(positions)
+    cos, sin = rope_angles(pos, d_k, base, source, explicit)
+    if pos.ndim == 2 and x.ndim == 4:  # per-row positions [B, S] against [B, H, S, d_k]: add the head axis
+        cos, sin = cos[:, None], sin[:, None]
     x1, x2 = _pairs(x, layout)
-    y1 = x1 * cos - x2 * sin
-    y2 = x2 * cos + x1 * sin
-    return _unpairs(y1, y2, layout).astype(np.float64)
+    y1, y2 = rotate_pairs(x1, x2, cos, sin, arithmetic)
+    return _unpairs(y1, y2, layout)
 
 
 def interleave_permutation(d_k: int) -> np.ndarray:

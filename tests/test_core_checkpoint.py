@@ -66,8 +66,12 @@ HF_110M = {
 ARCH_FIELDS = ("num_layers", "num_heads", "d_k", "d_model", "dff", "A_dff", "num_reslayerA", "num_denseA",
                "vocab_size", "max_seq_len", "rope_base", "eps_ln", "eps_adj", "mask_value", "attn_bias", "glu_bias",
                "final_bias", "metric_learner", "g_mode", "pad_id", "rope_layout", "rope_precision")
-NATIVE_VS_HF = {"mask_mode": ("additive", "finfo_min"), "embed_scale_precision": ("float32", "exact"),
-                "init_scheme": ("torch", "hf")}
+NATIVE_VS_HF = {"mask_mode": ("additive", "ideal"), "embed_scale_precision": ("float32", "exact"),
+                "init_scheme": ("torch", "hf"),
+                # issue 12: from_hf_config applies the hf-sdpa emulation profile (transformers 5.x default)
+                "rope_table": ("auto", "float32"), "rope_arithmetic": ("auto", "float32"),
+                "score_scale": ("exact", "reciprocal"), "masked_row": ("arithmetic", "zeros"),
+                "pad_source": ("token", "attention_mask")}
 
 
 def _params(name: str):

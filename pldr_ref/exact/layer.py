@@ -16,9 +16,9 @@ from mpmath import mpf
 from pldr_ref.config import PLDRConfig
 from pldr_ref.constants import FINFO_MIN_F64
 from pldr_ref.exact import plga
-from pldr_ref.exact.numbers import mpf_exact
+from pldr_ref.exact.numbers import mpf_exact, round_to_float32
 from pldr_ref.exact.ops import Matrix, affine, glu, layer_norm, masked_logit, softmax_row, vecmat
-from pldr_ref.exact.rope import RopeTables, rotate
+from pldr_ref.exact.rope import RopeTables, rotate, round_to_float64
 
 
 class LayerConstants:
@@ -29,7 +29,46 @@ class LayerConstants:
         self.eps_adj = mpf_exact(config.eps_adj)
         self.mask_value = mpf_exact(config.mask_value)
         self.finfo_min = mpf_exact(FINFO_MIN_F64)
-        self.inv_sqrt_dk = 1 / mpmath.sqrt(config.d_k)
+        self.inv_sqrt_dk = score_scale_factor(config.d_k, config.score_scale)
+
+
+def score_scale_factor(d_k: int, scale: str) -> mpf:
+    """The factor applied to Q~ G K~^T (``PLDRConfig.score_scale``): 1/sqrt(d_k) (``exact``), 1/RN32(sqrt(d_k))
+    (``float32``: division by the float32 square root), RN64(1/RN64(sqrt(d_k))) (``reciprocal``: HF)."""
+    if scale == "exact":
+        return 1 / mpmath.sqrt(d_k)
+    if scale == "float32":
+        return 1 / round_to_float32(mpmath.sqrt(d_k))
+    if scale == "reciprocal":
+        return round_to_float64(1 / round_to_float64(mpmath.sqrt(d_k)))
+    raise ValueError(f"score_scale must be one of ('exact', 'float32', 'reciprocal'), got {scale!r}")
+
+
+def switch_masked_logit(score: mpf, masked: bool, config: PLDRConfig, k: LayerConstants) -> mpf:
+    """:func:`masked_logit`, with ``mask_add_dtype="float32"``: RN32(RN32(score) + RN32(mask_value)) when masked."""
+    if masked and config.mask_add_dtype == "float32":
+        return round_to_float32(round_to_float32(score) + round_to_float32(k.mask_value))
+    return masked_logit(score, masked, config.mask_mode, k.mask_value, k.finfo_min)
+
+
+def switch_softmax_row(logits: list[mpf], masked: list[bool], config: PLDRConfig) -> list[mpf]:
+    """E row under ``softmax_precision`` and ``masked_row`` (exact statements of the float64 tier's switches).
+
+    ``float32``: RN32 of the exact softmax of RN32(logits) (an all -inf row is NaN, as torch's softmax);
+    ``masked_row`` zeros / uniform / nan replaces a row whose every key is masked.
+    """
+    if config.softmax_precision == "float32":
+        l32 = [round_to_float32(v) for v in logits]
+        if all(mpmath.isinf(v) and v < 0 for v in l32):
+            row = [mpmath.mpf("nan")] * len(logits)
+        else:
+            row = [round_to_float32(v) for v in softmax_row(l32)]
+    else:
+        row = softmax_row(logits)
+    if config.masked_row != "arithmetic" and all(masked):
+        fill = {"zeros": mpf(0), "uniform": 1 / mpf(len(row)), "nan": mpmath.mpf("nan")}[config.masked_row]
+        row = [fill] * len(row)
+    return row
 
 
 def split_heads(rows: Matrix, num_heads: int) -> list[Matrix]:
@@ -52,10 +91,11 @@ def head_scores(q_rot: Matrix, g: Matrix | list[Matrix], k_rot: Matrix, inv_sqrt
     return out
 
 
-def decoder_layer(lp: Any, x: list[Matrix], config: PLDRConfig, *, positions: list[int],
+def decoder_layer(lp: Any, x: list[Matrix], config: PLDRConfig, *, positions: list[int] | list[list[int]],
                   mask: list[list[list[bool]]] | None, tables: RopeTables, k: LayerConstants) -> dict[str, Any]:
     """Y = MHA_PLGA(X); O1 = LN1(Y + X); O2 = LN2(FFN(O1) + O1) for exact ``lp`` and x [B][S][d].
 
+    ``positions``: RoPE positions [S], or [B][S] per row (``position_ids``).
     ``mask[b][i][j]`` is True where key j is forbidden for query i; returns the trace dict
     in :data:`pldr_ref.layer.LAYER_STAGES` order (A0/A/A_LM/A_P omitted when they do not exist).
     """
@@ -69,9 +109,10 @@ def decoder_layer(lp: Any, x: list[Matrix], config: PLDRConfig, *, positions: li
         q = split_heads([affine(r, lp.wq, lp.bq) for r in xb], nh)
         kk = split_heads([affine(r, lp.wk, lp.bk) for r in xb], nh)
         v = split_heads([affine(r, lp.wv, lp.bv) for r in xb], nh)
-        rope = (c.rope_layout, c.rope_precision)
-        q_rot = [[rotate(r, *tables(p), *rope) for r, p in zip(qh, positions, strict=True)] for qh in q]
-        k_rot = [[rotate(r, *tables(p), *rope) for r, p in zip(kh, positions, strict=True)] for kh in kk]
+        rope = (c.rope_layout, c.rope_arithmetic_dtype)
+        pos_b = positions[b] if positions and isinstance(positions[0], list) else positions  # per-row ids
+        q_rot = [[rotate(r, *tables(p), *rope) for r, p in zip(qh, pos_b, strict=True)] for qh in q]
+        k_rot = [[rotate(r, *tables(p), *rope) for r, p in zip(kh, pos_b, strict=True)] for kh in kk]
         heads = {name: [] for name in ("A0", "A", "A_LM", "A_P", "G_LM", "scores", "E", "ctx")}
         for h in range(nh):
             a0 = plga.cumulative_density_operator(q_rot[h]) if cumulative else plga.density_operator(q_rot[h])
@@ -90,8 +131,8 @@ def decoder_layer(lp: Any, x: list[Matrix], config: PLDRConfig, *, positions: li
             e = []
             for i, row in enumerate(scores):
                 m_row = mask[b][i] if mask is not None else [False] * len(row)
-                e.append(softmax_row([masked_logit(s, mm, c.mask_mode, k.mask_value, k.finfo_min)
-                                      for s, mm in zip(row, m_row, strict=True)]))
+                logits = [switch_masked_logit(s, mm, c, k) for s, mm in zip(row, m_row, strict=True)]
+                e.append(switch_softmax_row(logits, m_row, c))
             vt = [list(col) for col in zip(*v[h], strict=True)]
             heads["ctx"].append([[mpmath.fdot(er, col) for col in vt] for er in e])
             unwrap = (lambda ms: ms) if cumulative else (lambda ms: ms[0])

@@ -21,7 +21,9 @@ from pldr_ref.exact.ops import affine, causal_padding_mask, layer_norm
 from pldr_ref.exact.params import exact_tree
 from pldr_ref.exact.rope import RopeTables
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
+from pldr_ref.model import resolve_pad_masking, validate_position_ids
 from pldr_ref.params import Params
+from pldr_ref.rope import RopeTable
 
 
 class ExactModel:
@@ -52,13 +54,18 @@ def key_padding_of(ids: np.ndarray, config: PLDRConfig, attention_mask: Any, pad
 
 
 def forward_mp(model: ExactModel, ids: np.ndarray, *, dps: int, start_pos: int = 0,
-               key_padding: np.ndarray | None = None) -> dict[str, Any]:
-    """The trace as nested lists of ``mpf`` at ``dps`` digits (no rounding to float64, no guard)."""
+               key_padding: np.ndarray | None = None, position_ids: np.ndarray | None = None,
+               rope_table: RopeTable | None = None) -> dict[str, Any]:
+    """The trace as nested lists of ``mpf`` at ``dps`` digits (no rounding to float64, no guard).
+
+    ``position_ids`` [B, S]: per-row RoPE positions (the mask follows the sequence index);
+    ``rope_table``: the table of ``rope_table="explicit"``."""
     c = model.config
     positions = list(range(start_pos, start_pos + ids.shape[1]))
+    rope_positions: list[int] | list[list[int]] = positions if position_ids is None else position_ids.tolist()
     with mpmath.workdps(dps):
         k = LayerConstants(c)
-        tables = RopeTables(c.d_k, c.rope_base, c.rope_precision)
+        tables = RopeTables(c.d_k, c.rope_base, c.rope_table_source, rope_table)
         scale = embedding_scale(c)
         embed = [[[v * scale for v in to_mp(model.embedding[t])] for t in row] for row in ids.tolist()]
         x = [[layer_norm(r, *model.in_norm, k.eps) for r in xb] for xb in embed]
@@ -66,7 +73,7 @@ def forward_mp(model: ExactModel, ids: np.ndarray, *, dps: int, start_pos: int =
         mask = [causal_padding_mask(positions, positions, None if key_padding is None else key_padding[b].tolist())
                 for b in range(ids.shape[0])]
         for i, lp in enumerate(model.layers):
-            trace = decoder_layer(lp, x, c, positions=positions, mask=mask, tables=tables, k=k)
+            trace = decoder_layer(lp, x, c, positions=rope_positions, mask=mask, tables=tables, k=k)
             out.update({f"layers.{i}.{name}": val for name, val in trace.items()})
             x = trace["out2"]
         out["logits"] = [[affine(r, *model.head) for r in xb] for xb in x]
@@ -79,7 +86,8 @@ def round_trace(trace: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def forward(params: Params, token_ids: Any, *, dps: int = 50, start_pos: int = 0, guard: bool = True,
-            attention_mask: Any = None, pad_masking: bool = True) -> dict[str, np.ndarray]:
+            attention_mask: Any = None, pad_masking: bool | None = None, position_ids: Any = None,
+            rope_table: RopeTable | None = None) -> dict[str, np.ndarray]:
     """Exact forward of PLDR-LLM: trace name -> float64 array, each value correctly rounded.
 
     Same trace names and shapes as ``pldr_ref.forward(...).flat()``.  With ``guard`` the
@@ -89,10 +97,12 @@ def forward(params: Params, token_ids: Any, *, dps: int = 50, start_pos: int = 0
     """
     model = ExactModel(params)
     ids = validate_token_ids(token_ids, model.config, start_pos)
-    key_padding = key_padding_of(ids, model.config, attention_mask, pad_masking)
+    key_padding = key_padding_of(ids, model.config, attention_mask, resolve_pad_masking(model.config, pad_masking))
+    pos_ids = None if position_ids is None else validate_position_ids(position_ids, ids.shape, model.config)
 
     def compute(d: int) -> dict[str, np.ndarray]:
-        return round_trace(forward_mp(model, ids, dps=d, start_pos=start_pos, key_padding=key_padding))
+        return round_trace(forward_mp(model, ids, dps=d, start_pos=start_pos, key_padding=key_padding,
+                                      position_ids=pos_ids, rope_table=rope_table))
 
     out = guarded(compute, dps) if guard else compute(dps)
     for name, arr in out.items():

@@ -21,20 +21,37 @@ float32 table; ``docs/accuracy.md`` reports it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import mpmath
 from mpmath import mpf
 
-from pldr_ref.exact.numbers import mpf_exact, round_to_float32
+from pldr_ref.exact.numbers import mpf_exact, round_mpf, round_to_float32
 from pldr_ref.exact.ops import Vector
 
 LAYOUTS = ("interleaved", "half")
 PRECISIONS = ("exact", "float32")
+#: Table sources of the exact tier (``PLDRConfig.rope_table``; ``explicit`` reads a given table).
+TABLE_SOURCES = ("exact", "float32", "keras-0.6.4", "explicit")
+#: Rotation arithmetic: real (``exact`` / ``float64``: exact arithmetic, one rounding per output),
+#: ``float32`` (RN32 per step), ``float64_qk_f32`` (x = RN32(x), then real arithmetic).
+ARITHMETICS = ("exact", "float64", "float32", "float64_qk_f32")
+
+
+def round_to_float64(x: mpf) -> mpf:
+    """RN64(x): ``x`` rounded to the nearest binary64 value, returned as an exact ``mpf``."""
+    return mpf_exact(round_mpf(x))
 
 
 def rope_table(position: int, d_k: int, base: float, precision: str) -> tuple[Vector, Vector]:
-    """(cos phi_{p,i}, sin phi_{p,i}) for i = 0..d_k/2-1 at absolute position ``position``."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"rope precision must be one of {PRECISIONS}, got {precision!r}")
+    """(cos phi_{p,i}, sin phi_{p,i}) for i = 0..d_k/2-1 at absolute position ``position``.
+
+    ``"keras-0.6.4"``: keras-nlp 0.6.4's formula in float64, every step correctly rounded to binary64:
+    e_i = RN64(2i / d_k), omega_i = RN64(1 / RN64(base^{e_i})), phi = RN64(p omega_i); cos, sin of that
+    binary64 angle are real numbers.
+    """
+    if precision not in TABLE_SOURCES or precision == "explicit":
+        raise ValueError(f"rope table source must be one of {TABLE_SOURCES[:3]}, got {precision!r}")
     if d_k % 2:
         raise ValueError(f"RoPE needs an even d_k, got {d_k}")
     b = mpf_exact(base)
@@ -44,6 +61,13 @@ def rope_table(position: int, d_k: int, base: float, precision: str) -> tuple[Ve
     for i in range(d_k // 2):
         if precision == "exact":
             phi = p * mpmath.exp(-mpf(2 * i) / d_k * mpmath.log(b))
+            cos.append(mpmath.cos(phi))
+            sin.append(mpmath.sin(phi))
+        elif precision == "keras-0.6.4":
+            r64 = round_to_float64
+            e = r64(mpf(2 * i) / d_k)
+            omega = r64(1 / r64(mpmath.power(b, e)))
+            phi = r64(p * omega)
             cos.append(mpmath.cos(phi))
             sin.append(mpmath.sin(phi))
         else:
@@ -69,6 +93,10 @@ def pair_indices(d_k: int, layout: str) -> list[tuple[int, int]]:
 def rotate(x: Vector, cos: Vector, sin: Vector, layout: str, precision: str) -> Vector:
     """y_a = x_a cos - x_b sin, y_b = x_b cos + x_a sin for each pair (a, b) of ``layout``."""
     y: Vector = [mpf(0)] * len(x)
+    if precision not in ARITHMETICS:
+        raise ValueError(f"rope arithmetic must be one of {ARITHMETICS}, got {precision!r}")
+    if precision == "float64_qk_f32":
+        x = [round_to_float32(v) for v in x]
     if precision == "float32":
         r32 = round_to_float32
         x = [r32(v) for v in x]
@@ -83,15 +111,25 @@ def rotate(x: Vector, cos: Vector, sin: Vector, layout: str, precision: str) -> 
 
 
 class RopeTables:
-    """Memo of :func:`rope_table` per position for one (d_k, base, precision) at one working precision."""
+    """Memo of :func:`rope_table` per position for one (d_k, base, precision) at one working precision.
 
-    def __init__(self, d_k: int, base: float, precision: str) -> None:
-        self.d_k, self.base, self.precision = d_k, base, precision
+    ``precision="explicit"`` reads ``explicit`` (a :class:`pldr_ref.rope.RopeTable`; its float64 values are
+    exact binary inputs).
+    """
+
+    def __init__(self, d_k: int, base: float, precision: str, explicit: Any = None) -> None:
+        if precision == "explicit" and explicit is None:
+            raise ValueError("rope_table='explicit' needs a RopeTable")
+        self.d_k, self.base, self.precision, self.explicit = d_k, base, precision, explicit
         self._cache: dict[int, tuple[Vector, Vector]] = {}
 
     def __call__(self, position: int) -> tuple[Vector, Vector]:
         if position not in self._cache:
-            self._cache[position] = rope_table(position, self.d_k, self.base, self.precision)
+            if self.precision == "explicit":
+                cos, sin = self.explicit.lookup(position, self.d_k)
+                self._cache[position] = ([mpf_exact(float(v)) for v in cos], [mpf_exact(float(v)) for v in sin])
+            else:
+                self._cache[position] = rope_table(position, self.d_k, self.base, self.precision)
         return self._cache[position]
 
 

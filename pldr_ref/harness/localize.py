@@ -133,13 +133,19 @@ def model_positions_and_mask(case: Any) -> dict[str, np.ndarray]:
     ids = np.asarray(case.inputs["token_ids"])
     start = int(case.args.get("start_pos", 0))
     positions = np.arange(start, start + ids.shape[1])
+    pad_masking = case.args.get("pad_masking")
+    if pad_masking is None:  # the config's pad_source decides (issue 12)
+        pad_masking = case.config.pad_source == "token"
     if "attention_mask" in case.inputs:
         pad = np.asarray(case.inputs["attention_mask"]) == 0
-    elif bool(case.args.get("pad_masking", True)):
+    elif bool(pad_masking):
         pad = ids == case.config.pad_id
     else:
         pad = None
-    return {"positions": positions, "mask": causal_padding_mask(positions, positions, pad)}
+    out = {"positions": case.inputs.get("position_ids", positions),  # RoPE positions; the mask keeps the index
+           "mask": causal_padding_mask(positions, positions, pad)}
+    out.update({k: case.inputs[k] for k in ("rope_cos", "rope_sin") if k in case.inputs})  # explicit RoPE table
+    return out
 
 
 def stage_plan(case: Any) -> list[tuple[str, int | None, dict[str, np.ndarray], dict[str, np.ndarray]]]:

@@ -44,7 +44,10 @@ CACHE_FEATURES = ("kv", "g")
 
 #: Config switches whose values a backend declares (PLDRConfig field -> values), spec §11.
 SWITCHES = ("rope_layout", "rope_precision", "mask_mode", "embed_scale_precision", "metric_learner", "g_mode",
-            "gram_mode")
+            "gram_mode",
+            # issue 12 emulation switches (a backend that does not implement one should declare its default)
+            "rope_table", "rope_arithmetic", "score_scale", "mask_add_dtype", "softmax_precision", "masked_row",
+            "pad_source")
 
 
 class Unsupported(Exception):  # noqa: N818 - a verdict, not an error

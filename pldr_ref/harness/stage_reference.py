@@ -38,7 +38,9 @@ def reference_stage(stage: str, layer: int | None, config: PLDRConfig, params: P
                     "k": attention.split_heads(glu.linear(i["x"], lp.wk, lp.bk), h),
                     "v": attention.split_heads(glu.linear(i["x"], lp.wv, lp.bv), h)}
         if stage == "rope":
-            kw = dict(layout=c.rope_layout, precision=c.rope_precision, base=c.rope_base)
+            table = rope.RopeTable(i["rope_cos"], i["rope_sin"]) if "rope_cos" in i else None
+            kw = dict(layout=c.rope_layout, base=c.rope_base, table=c.rope_table_source,
+                      arithmetic=c.rope_arithmetic_dtype, explicit=table)
             return {"q_rot": rope.apply_rope(i["q"], i["positions"], **kw),
                     "k_rot": rope.apply_rope(i["k"], i["positions"], **kw)}
         if stage == "density_operator":
@@ -57,10 +59,11 @@ def reference_stage(stage: str, layer: int | None, config: PLDRConfig, params: P
         if stage == "energy_curvature":
             return {"G_LM": plga.energy_curvature(i["A_P"], lp.plga.a, lp.plga.b_a)}
         if stage == "attention_scores":
-            return {"scores": attention.attention_scores(i["q_rot"], i["G_LM"], i["k_rot"])}
+            return {"scores": attention.attention_scores(i["q_rot"], i["G_LM"], i["k_rot"], c.score_scale)}
         if stage == "masked_softmax":
-            logits = attention.apply_mask(i["scores"], i.get("mask"), c.mask_mode, c.mask_value)
-            return {"E": attention.masked_softmax(logits)}
+            logits = attention.apply_mask(i["scores"], i.get("mask"), c.mask_mode, c.mask_value, c.mask_add_dtype)
+            return {"E": attention.attention_weights(logits, i.get("mask"), precision=c.softmax_precision,
+                                                     masked_row=c.masked_row)}
         if stage == "value_mix":
             return {"ctx": attention.merge_heads(attention.mix_values(i["E"], i["v"]))}
         if stage == "output_projection":

@@ -18,6 +18,7 @@ from pldr_ref.inference.cache import GCache
 from pldr_ref.inference.modes import InferenceMode, advance, prefill, resolve_mode
 from pldr_ref.model import ForwardOutput
 from pldr_ref.params import Params
+from pldr_ref.rope import RopeTable
 
 STRATEGIES = ("greedy", "sample")
 
@@ -138,19 +139,25 @@ def generate(
     return_traces: bool = False,
     attention_mask: np.ndarray | None = None,
     initial_g_cache: GCache | None = None,
+    rope_table: RopeTable | None = None,
+    position_ids: np.ndarray | None = None,
 ) -> GenerationResult:
     """Autoregressive generation (paper eq. 4.8 loop; spec §8.1): one call per generated token.
 
     The prompt pass is a full causal forward of ``prompt_ids`` [B, T]; each later call is made as
     ``mode`` says (see :mod:`pldr_ref.inference.modes`).  Generation stops after ``max_new_tokens``
     or once every row has produced ``eos_id`` (rows that finished early keep being extended).
+    In mode ``"hf-generate"`` with a left-padded ``attention_mask`` the RoPE positions are HF ``generate``'s per-row
+    ``cumsum(mask) - 1`` (padding at 1); explicit ``position_ids`` [B, T] of the prompt override them, and each
+    row's later tokens continue from its last position.  ``rope_table`` is the table of ``rope_table="explicit"``.
     """
     if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
     s = SamplingConfig() if sampling is None else sampling
     m = resolve_mode(mode)
     rng = make_rng(seed)
-    step, state = prefill(params, prompt_ids, m, attention_mask=attention_mask, initial_g_cache=initial_g_cache)
+    step, state = prefill(params, prompt_ids, m, attention_mask=attention_mask, initial_g_cache=initial_g_cache,
+                          rope_table=rope_table, position_ids=position_ids)
     logits = step.logits[:, -1]
     tokens, all_logits, traces = [], [], [step.output]
     done = np.zeros(logits.shape[0], dtype=bool)

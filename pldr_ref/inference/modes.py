@@ -10,6 +10,7 @@ A mode says what is frozen after the prompt (prefill) pass:
 | ``g`` | off | on | whole growing sequence; A recomputed, PLGA replaced by the prompt's A_LM, G_LM |
 | ``none`` | off | off | whole growing sequence, everything recomputed (sequential generation) |
 | ``hf`` | on | on | HF ``use_cache=True``: causal + padding mask on cached steps, any step length, ``cache_first_G`` |
+| ``hf-generate`` | on | on | as ``hf``, with HF ``generate``'s per-row positions cumsum(mask) - 1 (pads at 1) |
 
 An ``initial_g_cache`` (PT-v510 ``Gcachelst_init``) is used at every step, in every mode.
 """
@@ -27,6 +28,7 @@ from pldr_ref.inference.cache import GCache, KVCache
 from pldr_ref.inference.step import CACHED_MASKS, StepOutput, cached_forward
 from pldr_ref.params import Params, with_fixed_g
 from pldr_ref.resources import TRAINED_G_LM_FILE
+from pldr_ref.rope import RopeTable
 
 #: Name of the array in an external-G ``.npz`` (the bundled ``pldr_ref/resources/g_lm_pldrv51_110m_1.npz``).
 EXTERNAL_G_KEY = "G_LM"
@@ -44,6 +46,9 @@ class InferenceMode:
     (native PT-v510) or ``"causal"`` (HF).  ``cache_first_G``: store sample 0's operators only
     (B_G = 1) and broadcast them over the batch on later steps (HF).  ``pad_from_token``: padding
     keys are the tokens equal to ``pad_id`` (native) or only those the ``attention_mask`` marks (HF).
+    ``hf_positions``: with an attention mask, RoPE positions are HF ``generate``'s per-row
+    ``position_ids = cumsum(mask) - 1`` with padding at :data:`HF_PAD_POSITION` (:func:`hf_position_ids`);
+    otherwise every row uses the sequence index.
     """
 
     name: str
@@ -52,6 +57,7 @@ class InferenceMode:
     cached_mask: str = "none"
     cache_first_G: bool = False
     pad_from_token: bool = True
+    hf_positions: bool = False
 
     def __post_init__(self) -> None:
         if self.cached_mask not in CACHED_MASKS:
@@ -69,6 +75,26 @@ NATIVE_MODES: dict[str, InferenceMode] = {
 #: HF ``use_cache=True`` (spec §8.2); ``use_cache=False`` is native ``"none"``.
 HF_MODE = InferenceMode("hf", kv_cache=True, g_cache=True, cached_mask="causal", pad_from_token=False)
 
+#: HF ``generate(..., use_cache=True)``: as :data:`HF_MODE` (direct model calls, RoPE at ``cache_position``) plus
+#: ``generate``'s per-row ``position_ids`` from the attention mask (:func:`hf_position_ids`).
+HF_GENERATE_MODE = dataclasses.replace(HF_MODE, name="hf-generate", hf_positions=True)
+
+#: Position id HF ``GenerationMixin.prepare_inputs_for_generation`` gives padding tokens
+#: (``position_ids.masked_fill_(attention_mask == 0, 1)``).
+HF_PAD_POSITION = 1
+
+
+def hf_position_ids(attention_mask: np.ndarray) -> np.ndarray:
+    """HF ``generate``'s per-row positions [B, T]: cumsum(mask, axis=1) - 1, and HF_PAD_POSITION where mask = 0.
+
+    With left padding, every row's first real token sits at position 0; without padding this is arange(T).
+    """
+    m = np.asarray(attention_mask)
+    if m.ndim != 2:
+        raise ValueError(f"attention_mask must be [B, T], got shape {m.shape}")
+    keep = m.astype(bool)
+    return np.where(keep, np.cumsum(keep, axis=1, dtype=np.int64) - 1, HF_PAD_POSITION)
+
 
 def hf_mode(cache_first_G: bool = False) -> InferenceMode:
     """HF ``use_cache=True`` with the given ``cache_first_G`` flag."""
@@ -76,13 +102,15 @@ def hf_mode(cache_first_G: bool = False) -> InferenceMode:
 
 
 def resolve_mode(mode: str | InferenceMode) -> InferenceMode:
-    """An :class:`InferenceMode` from itself or a name in :data:`NATIVE_MODES` or ``"hf"``."""
+    """An :class:`InferenceMode` from itself or a name in :data:`NATIVE_MODES`, ``"hf"`` or ``"hf-generate"``."""
     if isinstance(mode, InferenceMode):
         return mode
     if mode == "hf":
         return HF_MODE
+    if mode == "hf-generate":
+        return HF_GENERATE_MODE
     if mode not in NATIVE_MODES:
-        raise ValueError(f"unknown inference mode {mode!r}; available: {[*NATIVE_MODES, 'hf']}")
+        raise ValueError(f"unknown inference mode {mode!r}; available: {[*NATIVE_MODES, 'hf', 'hf-generate']}")
     return NATIVE_MODES[mode]
 
 
@@ -91,13 +119,17 @@ class DecodeState:
     """Everything a decoding loop carries between calls.
 
     ids [B, T]: every token so far; attention_mask [B, T] (HF, 1 = keep) or None;
-    kv_cache / g_cache: the caches the mode keeps (None when off).
+    kv_cache / g_cache: the caches the mode keeps (None when off); rope_table: the explicit RoPE table (or
+    None); position_ids [B, T]: the RoPE positions of every token so far when they were given explicitly
+    (None: the sequence index, or HF generate's positions in mode ``hf-generate``).
     """
 
     ids: np.ndarray
     attention_mask: np.ndarray | None
     kv_cache: KVCache | None
     g_cache: GCache | None
+    rope_table: RopeTable | None = None
+    position_ids: np.ndarray | None = None
 
 
 def prefill(
@@ -107,25 +139,46 @@ def prefill(
     *,
     attention_mask: np.ndarray | None = None,
     initial_g_cache: GCache | None = None,
+    rope_table: RopeTable | None = None,
+    position_ids: np.ndarray | None = None,
 ) -> tuple[StepOutput, DecodeState]:
     """The prompt pass: full causal forward of the prompt; caches are filled as ``mode`` says.
 
     With ``initial_g_cache`` the prompt pass already uses it (PT-v510 ``Gcachelst_init``).
     HF ``cache_first_G``: the prompt pass uses per-sample operators, sample 0's are stored.
+    ``position_ids`` [B, T]: explicit per-row RoPE positions of the prompt; later tokens of a row continue
+    from its last position (+1 per token).
     """
     m = resolve_mode(mode)
     if (m.g_cache or initial_g_cache is not None) and params.config.gram_mode == "cumulative":
         raise ValueError(f"mode {m.name!r} freezes one G per head; gram_mode='cumulative' has one per row")
     ids = np.asarray(prompt_ids)
     step = cached_forward(
-        params, ids, g_cache=initial_g_cache, attention_mask=attention_mask, pad_masking=m.pad_from_token
+        params, ids, g_cache=initial_g_cache, attention_mask=attention_mask, pad_masking=m.pad_from_token,
+        position_ids=_mode_positions(m, attention_mask, ids.shape[1]) if position_ids is None else position_ids,
+        rope_table=rope_table,
     )
     g = initial_g_cache
     if g is None and m.g_cache:
         g = step.g_cache.first_sample() if m.cache_first_G else step.g_cache
     kv = step.kv_cache if m.kv_cache else None
     mask = None if attention_mask is None else np.asarray(attention_mask)
-    return step, DecodeState(ids.astype(np.int64), mask, kv, g)
+    pos = None if position_ids is None else np.asarray(step.output.positions)
+    return step, DecodeState(ids.astype(np.int64), mask, kv, g, rope_table, pos)
+
+
+def _continued_positions(state: DecodeState, num_new: int) -> np.ndarray | None:
+    """Explicit positions of ``num_new`` appended tokens: each row continues from its last position."""
+    if state.position_ids is None:
+        return None
+    return state.position_ids[:, -1:] + 1 + np.arange(num_new)[None, :]
+
+
+def _mode_positions(m: InferenceMode, attention_mask: np.ndarray | None, last: int) -> np.ndarray | None:
+    """RoPE position ids of the last ``last`` tokens for mode ``m`` (None: the sequence index)."""
+    if not m.hf_positions or attention_mask is None:
+        return None
+    return hf_position_ids(attention_mask)[:, -last:]
 
 
 def advance(
@@ -151,20 +204,26 @@ def advance(
         old = np.ones(state.ids.shape, dtype=np.int64) if state.attention_mask is None else state.attention_mask
         add = np.ones(new.shape, dtype=np.int64) if new_attention_mask is None else np.asarray(new_attention_mask)
         mask = np.concatenate([old.astype(np.int64), add.astype(np.int64)], axis=1)
+    more = _continued_positions(state, new.shape[1])
+    positions = None if more is None else np.concatenate([state.position_ids, more], axis=1)
     if m.kv_cache:
         if state.kv_cache is None:
             raise ValueError(f"mode {m.name!r} needs a KV cache: call prefill first")
         step = cached_forward(
             params, new, kv_cache=state.kv_cache, g_cache=state.g_cache, cached_mask=m.cached_mask,
             attention_mask=None if mask is None else mask[:, -new.shape[1]:], pad_masking=m.pad_from_token,
+            position_ids=_mode_positions(m, mask, new.shape[1]) if positions is None else positions[:, -new.shape[1]:],
+            rope_table=state.rope_table,
         )
         logits = step.logits
         kv = step.kv_cache
     else:
-        step = cached_forward(params, ids, g_cache=state.g_cache, attention_mask=mask, pad_masking=m.pad_from_token)
+        step = cached_forward(params, ids, g_cache=state.g_cache, attention_mask=mask, pad_masking=m.pad_from_token,
+                              position_ids=_mode_positions(m, mask, ids.shape[1]) if positions is None else positions,
+                              rope_table=state.rope_table)
         logits = step.logits[:, -new.shape[1]:]
         kv = None
-    return logits, step, DecodeState(ids, mask, kv, state.g_cache)
+    return logits, step, DecodeState(ids, mask, kv, state.g_cache, state.rope_table, positions)
 
 
 # ----------------------------------------------------------------------------- external G

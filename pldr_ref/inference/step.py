@@ -23,9 +23,17 @@ from pldr_ref.attention import causal_padding_mask
 from pldr_ref.inference.cache import GCache, KVCache, g_cache_from_output, kv_cache_from_output
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
 from pldr_ref.layer import decoder_layer
-from pldr_ref.model import ForwardOutput, check_finite, embed, lm_head
+from pldr_ref.model import (
+    ForwardOutput,
+    check_finite,
+    embed,
+    lm_head,
+    resolve_pad_masking,
+    validate_position_ids,
+)
 from pldr_ref.norms import layer_norm
 from pldr_ref.params import Params
+from pldr_ref.rope import RopeTable
 
 #: Mask of a cached step: ``"none"`` (PT-v510 native) or ``"causal"`` (causal + key padding, HF).
 CACHED_MASKS = ("none", "causal")
@@ -82,16 +90,20 @@ def cached_forward(
     g_cache: GCache | None = None,
     start_pos: int | None = None,
     attention_mask: np.ndarray | None = None,
-    pad_masking: bool = True,
+    pad_masking: bool | None = None,
     cached_mask: str = "none",
     check_finite_values: bool = True,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
 ) -> StepOutput:
     """Forward of S new tokens [B, S] given the caches of the T0 earlier ones (spec §8; paper §4.4).
 
     Without caches this is :func:`pldr_ref.model.forward` (same numbers, bitwise).  ``start_pos``
     is only for calls without a KV cache (with one, positions start at its length).  Padding of the
     new keys comes from ``attention_mask`` (1 = keep) or token id ``pad_id`` (``pad_masking``); it is
-    remembered in the returned KV cache for later causal cached masks.
+    remembered in the returned KV cache for later causal cached masks (``pad_masking`` None: the config's
+    ``pad_source``).  ``position_ids`` [B, S] (HF) are the RoPE positions of the new rows; the mask and the
+    cache bookkeeping keep the sequence index T0..T0+S-1 (HF ``cache_position``).
     """
     if not isinstance(params, Params):
         raise TypeError(f"params must be a pldr_ref.Params, got {type(params).__name__}")
@@ -108,8 +120,9 @@ def cached_forward(
     if g_cache is not None:
         g_cache.validate(c, b)
     positions = np.arange(t0, t0 + ids.shape[1])
-    key_padding = new_key_padding(ids, c.pad_id, attention_mask, pad_masking)
+    key_padding = new_key_padding(ids, c.pad_id, attention_mask, resolve_pad_masking(c, pad_masking))
     mask = step_mask(positions, kv_cache, key_padding, cached_mask)
+    rope_positions = positions if position_ids is None else validate_position_ids(position_ids, ids.shape, c)
     cumulative = c.gram_mode == "cumulative"
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         x_embed = embed(params, ids)
@@ -122,13 +135,14 @@ def cached_forward(
                 params.layer(i),
                 x,
                 c,
-                positions=positions,
+                positions=rope_positions,
                 mask=mask,
                 past_k=None if lk is None else lk.k_rot,
                 past_v=None if lk is None else lk.v,
                 frozen_A=None if lk is None or cumulative else lk.A,
                 frozen_G=None if g_cache is None else g_cache.layers[i].as_frozen(),
                 gram_offset=None if lk is None or not cumulative else lk.gram,
+                rope_table=rope_table,
             )
             if check_finite_values:
                 for name, arr in t.items():
@@ -138,7 +152,7 @@ def cached_forward(
         logits = lm_head(params, x)
     if check_finite_values:
         check_finite("logits", logits)
-    out = ForwardOutput(c, positions, x_embed, x0, tuple(traces), logits)
+    out = ForwardOutput(c, rope_positions, x_embed, x0, tuple(traces), logits)
     all_padding = key_padding if kv_cache is None else np.concatenate([kv_cache.key_padding, key_padding], axis=1)
     # a cache-less call at start_pos > 0 has no keys for 0..start_pos-1: its KV cache would lie about positions
     new_kv = None if t0 > 0 and kv_cache is None else kv_cache_from_output(out, all_padding)
