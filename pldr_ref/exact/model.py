@@ -78,15 +78,29 @@ def round_trace(trace: dict[str, Any]) -> dict[str, np.ndarray]:
     return {name: to_float64(val) for name, val in trace.items()}
 
 
+#: Engines of :func:`forward`: mpmath (default, independent) and arb (certified ball arithmetic, python-flint).
+ENGINES = ("mpmath", "arb")
+
+
 def forward(params: Params, token_ids: Any, *, dps: int = 50, start_pos: int = 0, guard: bool = True,
-            attention_mask: Any = None, pad_masking: bool = True) -> dict[str, np.ndarray]:
+            attention_mask: Any = None, pad_masking: bool = True, engine: str = "mpmath") -> dict[str, np.ndarray]:
     """Exact forward of PLDR-LLM: trace name -> float64 array, each value correctly rounded.
 
     Same trace names and shapes as ``pldr_ref.forward(...).flat()``.  With ``guard`` the
     computation is repeated at ``2 * dps`` and a :class:`~pldr_ref.exact.guard.PrecisionError`
     names the first stage whose float64 rounding differs.  A stage whose correctly rounded
     value overflows float64 raises ``FloatingPointError`` naming the stage, as the float64 tier does.
+    ``engine="arb"`` evaluates the same map in certified ball arithmetic instead
+    (:func:`pldr_ref.exact.arb.forward`; ``dps`` and ``guard`` do not apply: every value carries a
+    certificate, and ``pldr_ref.exact.arb.UncertifiedError`` reports one that stays undecided).
     """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if engine == "arb":
+        from pldr_ref.exact.arb import forward as arb_forward
+
+        return arb_forward(params, token_ids, start_pos=start_pos, attention_mask=attention_mask,
+                           pad_masking=pad_masking)
     model = ExactModel(params)
     ids = validate_token_ids(token_ids, model.config, start_pos)
     key_padding = key_padding_of(ids, model.config, attention_mask, pad_masking)
