@@ -6,8 +6,13 @@ names and shapes as ``pldr_ref.forward(...).flat()`` (``embed``, ``x0``, ``layer
 :class:`UncertifiedError` when some value is not certified at the largest precision.
 
 The working precision starts at :func:`initial_precision` (an estimate of the bits that ball
-arithmetic loses through the layers, about 12 bits per residual unit of the metric learner) and
-is raised by Ziv's strategy (:mod:`pldr_ref.exact.arb.ziv`) if some value is not decided.
+arithmetic loses through the layers: measured on v510-110m, about 95-125 bits per layer, most of
+them in the 16 GLUs of the metric learner) and is raised by Ziv's strategy
+(:mod:`pldr_ref.exact.arb.ziv`) if some value is not decided.  Inside an attempt the working
+precision follows the accuracy of the balls (:func:`pldr_ref.exact.arb.stages.follow_accuracy`),
+and an attempt whose accuracy, extrapolated over the remaining layers, would end below
+:data:`REQUIRED_BITS` stops early (:class:`~pldr_ref.exact.arb.stages.NeedPrecision`) instead of
+finishing a forward that cannot certify its logits.
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import flint
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
 from pldr_ref.constants import FINFO_MIN_F64
 from pldr_ref.exact.arb import stages as st
-from pldr_ref.exact.arb.balls import ball, balls
+from pldr_ref.exact.arb.balls import accuracy_bits, ball, balls
 from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, PREC_STEP, Certified, certify
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
 from pldr_ref.layer import LAYER_STAGES
@@ -30,9 +36,11 @@ from pldr_ref.params import LayerParams, Params
 LM_HEAD_BLOCK = 4096
 #: Trace entries that are >= 0 by construction (their zeros are +0.0).
 NONNEG_STAGES = frozenset({"E", "A_LM", "A_P"})
-#: Estimated bits lost per layer outside the metric learner, and per residual unit inside it.
-BITS_PER_LAYER = 48
-BITS_PER_RES_UNIT = 16
+#: Estimated bits lost per layer outside the metric learner, and per GLU inside it.
+BITS_PER_LAYER = 40
+BITS_PER_GLU = 5
+#: Normwise accuracy (bits) the logits must keep for a certified rounding of (almost) every value.
+REQUIRED_BITS = 53 + 16
 
 
 class UncertifiedError(ArithmeticError):
@@ -48,7 +56,7 @@ class UncertifiedError(ArithmeticError):
 
 def initial_precision(config: PLDRConfig) -> int:
     """First working precision (bits) of the forward: 53 + 64 plus the estimated loss of every layer."""
-    per_layer = BITS_PER_LAYER + BITS_PER_RES_UNIT * config.num_reslayerA * max(1, config.num_denseA)
+    per_layer = BITS_PER_LAYER + BITS_PER_GLU * config.num_reslayerA * config.num_denseA
     bits = 53 + 64 + config.num_layers * per_layer
     return -(-bits // PREC_STEP) * PREC_STEP
 
@@ -139,10 +147,26 @@ def lm_head(params: Params, hidden: np.ndarray) -> np.ndarray:
     return np.concatenate(parts, axis=-1)
 
 
+def check_projection(x: np.ndarray, start_bits: float, layers_done: int, layers_left: int) -> None:
+    """Raise :class:`NeedPrecision` if the accuracy of ``x``, extrapolated over ``layers_left`` more layers, ends
+    below :data:`REQUIRED_BITS` (the loss per layer is the average of the ``layers_done`` layers so far)."""
+    acc = accuracy_bits(x)
+    if layers_done < 1 or not np.isfinite(acc):
+        return
+    per_layer = max(0.0, (start_bits - acc) / layers_done)
+    if acc - per_layer * layers_left < REQUIRED_BITS:
+        raise st.NeedPrecision(f"after {layers_done} layer(s) the accuracy is {acc:.0f} bits, losing "
+                               f"{per_layer:.0f} per layer: {layers_left} more layer(s) would not certify")
+
+
 def forward_stages(params: Params, ids: np.ndarray, *, start_pos: int, key_padding: np.ndarray | None,
                    final: bool):
-    """Yield (name, balls, nonneg, tainted) for every trace entry at the current working precision."""
+    """Yield (name, balls, nonneg, tainted) for every trace entry at the current working precision.
+
+    Unless ``final``, stops with :class:`NeedPrecision` when :func:`check_projection` fails between layers.
+    """
     c = params.config
+    start_bits = float(flint.ctx.prec)
     rn32 = st.Float32Rounder(final)
     positions = list(range(start_pos, start_pos + ids.shape[1]))
     mask = sequence_mask(ids, start_pos, key_padding)
@@ -151,6 +175,8 @@ def forward_stages(params: Params, ids: np.ndarray, *, start_pos: int, key_paddi
     x = st.layer_norm(emb, params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"], c.eps_ln)
     yield "x0", x, False, rn32.undecided > 0
     for i in range(c.num_layers):
+        if not final:
+            check_projection(x, start_bits, i, c.num_layers - i)
         for name, val in decoder_layer(params.layer(i), x, c, positions=positions, mask=mask, rn32=rn32):
             yield f"layers.{i}.{name}", val, name in NONNEG_STAGES, rn32.undecided > 0
             if name == "out2":
