@@ -278,11 +278,11 @@ def run(args: argparse.Namespace) -> int:
         print("error: --batch applies to --preset only (the named configs use batch 2)", file=sys.stderr)
         return 2
     if args.preset is not None:
-        text = preset_report(args.preset, args.seeds or DEFAULT_PRESET_SEEDS, seq_len=args.seq_len, batch=args.batch or 1, dps=args.dps,
-                             engine=args.engine, quiet=args.quiet)
+        text = preset_report(args.preset, args.seeds or DEFAULT_PRESET_SEEDS, seq_len=args.seq_len,
+                             batch=args.batch or 1, dps=args.dps, engine=args.engine, quiet=args.quiet)
     else:
-        text = report(args.configs, args.seeds or DEFAULT_SEEDS, seq_len=args.seq_len, dps=args.dps, per_config=not args.pooled_only,
-                      engine=args.engine, quiet=args.quiet)
+        text = report(args.configs, args.seeds or DEFAULT_SEEDS, seq_len=args.seq_len, dps=args.dps,
+                      per_config=not args.pooled_only, engine=args.engine, quiet=args.quiet)
     if args.out is None:
         print(text)
     else:

@@ -11,7 +11,7 @@ them in the 16 GLUs of the metric learner) and is raised by Ziv's strategy
 (:mod:`pldr_ref.exact.arb.ziv`) if some value is not decided.  Inside an attempt the working
 precision follows the accuracy of the balls (:func:`pldr_ref.exact.arb.stages.follow_accuracy`),
 and an attempt whose accuracy, extrapolated over the remaining layers, would end below
-:data:`REQUIRED_BITS` stops early (:class:`~pldr_ref.exact.arb.stages.NeedPrecision`) instead of
+:data:`REQUIRED_BITS` stops early (:class:`~pldr_ref.exact.arb.stages.NeedPrecisionError`) instead of
 finishing a forward that cannot certify its logits.
 """
 
@@ -148,14 +148,14 @@ def lm_head(params: Params, hidden: np.ndarray) -> np.ndarray:
 
 
 def check_projection(x: np.ndarray, start_bits: float, layers_done: int, layers_left: int) -> None:
-    """Raise :class:`NeedPrecision` if the accuracy of ``x``, extrapolated over ``layers_left`` more layers, ends
+    """Raise :class:`NeedPrecisionError` if the accuracy of ``x``, extrapolated over ``layers_left`` more layers, ends
     below :data:`REQUIRED_BITS` (the loss per layer is the average of the ``layers_done`` layers so far)."""
     acc = accuracy_bits(x)
     if layers_done < 1 or not np.isfinite(acc):
         return
     per_layer = max(0.0, (start_bits - acc) / layers_done)
     if acc - per_layer * layers_left < REQUIRED_BITS:
-        raise st.NeedPrecision(f"after {layers_done} layer(s) the accuracy is {acc:.0f} bits, losing "
+        raise st.NeedPrecisionError(f"after {layers_done} layer(s) the accuracy is {acc:.0f} bits, losing "
                                f"{per_layer:.0f} per layer: {layers_left} more layer(s) would not certify")
 
 
@@ -163,7 +163,7 @@ def forward_stages(params: Params, ids: np.ndarray, *, start_pos: int, key_paddi
                    final: bool):
     """Yield (name, balls, nonneg, tainted) for every trace entry at the current working precision.
 
-    Unless ``final``, stops with :class:`NeedPrecision` when :func:`check_projection` fails between layers.
+    Unless ``final``, stops with :class:`NeedPrecisionError` when :func:`check_projection` fails between layers.
     """
     c = params.config
     start_bits = float(flint.ctx.prec)
@@ -223,5 +223,6 @@ def forward(params: Params, token_ids: Any, *, start_pos: int = 0, attention_mas
         raise UncertifiedError(res)
     for name, arr in res.values.items():
         if not np.all(np.isfinite(arr)):
-            raise FloatingPointError(f"stage {name!r}: the exact value overflows float64 ({int(np.isinf(arr).sum())} inf)")
+            n_inf = int(np.isinf(arr).sum())
+            raise FloatingPointError(f"stage {name!r}: the exact value overflows float64 ({n_inf} inf)")
     return res.values

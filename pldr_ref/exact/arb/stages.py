@@ -31,12 +31,12 @@ from pldr_ref.exact.arb.balls import (
 from pldr_ref.params import GLUParams, LayerParams, NormParams, ResUnitParams
 
 
-class NeedPrecision(ArithmeticError):
+class NeedPrecisionError(ArithmeticError):
     """A binary32 rounding inside the forward map is not decided at this precision (raise it and redo)."""
 
 
 class Float32Rounder:
-    """RN32 of balls (spec §12 float32 quirks): exact float32 balls, or :class:`NeedPrecision` when undecided.
+    """RN32 of balls (spec §12 float32 quirks): exact float32 balls, or :class:`NeedPrecisionError` when undecided.
 
     With ``final`` (the last precision of the Ziv loop) an undecided ball is rounded from its
     midpoint instead and counted in ``undecided``: results downstream are then not certified.
@@ -53,7 +53,7 @@ class Float32Rounder:
             r = round_ball_to_float32(v)
             if r is None:
                 if not self.final:
-                    raise NeedPrecision("a binary32 rounding (float32 RoPE / sqrt(d)) is undecided")
+                    raise NeedPrecisionError("a binary32 rounding (float32 RoPE / sqrt(d)) is undecided")
                 self.undecided += 1
                 r = arb(float(np.float32(round_ball(v)[0])))
             flat[i] = r

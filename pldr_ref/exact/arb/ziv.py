@@ -2,9 +2,11 @@
 
 A computation is a function ``compute(prec, final)`` yielding ``(name, balls, nonneg, tainted)``
 stage by stage, in forward order (``nonneg``: the values are known to be >= 0; ``tainted``: an
-undecided binary32 rounding upstream, on the final attempt, makes the whole stage uncertified).  :func:`certify` runs it at ``prec`` bits and rounds every stage as it
-arrives (:func:`~pldr_ref.exact.arb.balls.round_balls`).  The first stage with an undecided ball
-stops the attempt early (later stages would not be certified either at this precision) and the
+undecided binary32 rounding upstream, on the final attempt, makes the whole stage uncertified).
+:func:`certify` runs it at ``prec`` bits and rounds every stage as it arrives
+(:func:`~pldr_ref.exact.arb.balls.round_balls`).  The first stage with an undecided ball
+stops the attempt early (later stages would not be certified either at this precision), as does a
+:class:`~pldr_ref.exact.arb.stages.NeedPrecisionError` raised by the computation itself, and the
 computation is restarted at a higher precision chosen from the accuracy lost so far
 (:func:`next_precision`).  At ``max_prec`` the last attempt runs to the end (``final=True``) and
 reports every undecided value as *uncertified*: a value whose ball still straddles a rounding
@@ -21,7 +23,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from pldr_ref.exact.arb.balls import accuracy_bits, round_balls, working_precision
-from pldr_ref.exact.arb.stages import NeedPrecision
+from pldr_ref.exact.arb.stages import NeedPrecisionError
 
 #: Default first working precision (bits) of an op-level computation.
 DEFAULT_PREC = 128
@@ -87,7 +89,7 @@ def next_precision(prec: int, lost_bits: float, done: int, total: int, max_prec:
     """
     lost = max(0.0, lost_bits) if math.isfinite(lost_bits) else float(prec)
     projected = lost * total / max(done, 1) + 53 + PROJECTION_MARGIN
-    want = max(int(math.ceil(1.5 * prec)), int(math.ceil(projected)))
+    want = max(math.ceil(1.5 * prec), math.ceil(projected))
     want = -(-want // PREC_STEP) * PREC_STEP
     return min(want, max_prec)
 
@@ -127,7 +129,7 @@ def certify(compute: Compute, *, prec: int = DEFAULT_PREC, max_prec: int = DEFAU
                     if not final and not ok.all():
                         stopped, lost = name, prec - acc
                         break
-            except NeedPrecision:
+            except NeedPrecisionError:
                 if final:
                     raise
                 stopped = "(binary32 rounding)"
