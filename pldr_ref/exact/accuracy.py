@@ -20,8 +20,9 @@ Run ``pldr-ref accuracy`` or ``python -m pldr_ref.exact.accuracy``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,6 +92,7 @@ class Certification:
         self.certified = 0
         self.total = 0
         self.precisions: list[int] = []
+        self.least_bits: list[float] = []
         self.uncertified: dict[str, int] = {}
 
     def add(self, result: Any) -> None:
@@ -99,6 +101,7 @@ class Certification:
         self.certified += ok
         self.total += n
         self.precisions.append(result.prec)
+        self.least_bits.append(min(result.accuracy.values()))
         for name, k in result.uncertified().items():
             self.uncertified[name] = self.uncertified.get(name, 0) + k
 
@@ -106,7 +109,8 @@ class Certification:
         """One deterministic summary line."""
         frac = 100.0 * self.certified / self.total if self.total else 100.0
         text = (f"certified correctly rounded: {self.certified}/{self.total} values ({frac:.2f} %); "
-                f"working precision {', '.join(f'{p} bits' for p in self.precisions)}")
+                f"working precision {', '.join(f'{p} bits' for p in self.precisions)}; least normwise accuracy "
+                f"of a stage's balls {', '.join(f'{b:.0f} bits' for b in self.least_bits)}")
         if self.uncertified:
             text += "; uncertified by stage: " + ", ".join(f"{k} {v}" for k, v in self.uncertified.items())
         return text
@@ -206,12 +210,15 @@ def report(configs: Sequence[str], seeds: Sequence[int], *, seq_len: int = 8, dp
 
 
 def preset_report(preset: str, seeds: Sequence[int], *, seq_len: int, batch: int = 1, dps: int = 50,
-                  engine: str = "mpmath", quiet: bool = True) -> str:
-    """Report for one full preset (e.g. ``v510-110m``): a table per stage over the seeds, and the certificates."""
-    config = PLDRConfig.preset(preset)
+                  engine: str = "mpmath", quiet: bool = True, overrides: Mapping[str, Any] | None = None) -> str:
+    """Report for one full preset (e.g. ``v510-110m``, with optional field ``overrides``): a table per stage
+    over the seeds, and the certificates."""
+    overrides = dict(overrides or {})
+    config = PLDRConfig.preset(preset, **overrides)
+    changed = "".join(f", {k}={v}" for k, v in overrides.items())
     parts = [
         "float64 tier vs exact tier (correctly rounded), per stage, all layers pooled",
-        f"preset: {preset}; seeds: {', '.join(map(str, seeds))}; batch {batch}, seq_len {seq_len}; "
+        f"preset: {preset}{changed}; seeds: {', '.join(map(str, seeds))}; batch {batch}, seq_len {seq_len}; "
         + _engine_line(engine, dps),
         "",
     ]
@@ -223,7 +230,7 @@ def preset_report(preset: str, seeds: Sequence[int], *, seq_len: int, batch: int
             results.append(measure_case(config, s, seq_len=seq_len, batch=batch, dps=dps, engine=engine, cert=cert,
                                         progress=progress if engine == "arb" else None))
             progress.advance(f"seed {s} compared")
-    parts += [f"### {preset}", "", format_table(pooled(results)), ""]
+    parts += [f"### {preset}{changed}", "", format_table(pooled(results)), ""]
     if cert is not None:
         parts += [cert.line(), ""]
     return "\n".join(parts)
@@ -250,6 +257,23 @@ def _csv_names(text: str) -> tuple[str, ...]:
     return names
 
 
+def _override(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` of a :class:`PLDRConfig` field, VALUE parsed as the field's type."""
+    name, sep, raw = text.partition("=")
+    fields = {f.name: f for f in dataclasses.fields(PLDRConfig)}
+    if not sep or name not in fields:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME a PLDRConfig field, got {text!r}")
+    kind = type(getattr(PLDRConfig(), name))
+    try:
+        if kind is bool:
+            if raw not in ("true", "false"):
+                raise ValueError(raw)
+            return name, raw == "true"
+        return name, kind(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{name}: cannot read {raw!r} as {kind.__name__}") from exc
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the accuracy report."""
     parser.add_argument("--configs", type=_csv_names, default=DEFAULT_CONFIGS,
@@ -261,6 +285,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pooled-only", action="store_true", help="print only the table over all configs")
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
                         help="measure this full preset instead of the named tiny configs (e.g. v510-110m)")
+    parser.add_argument("--set", dest="overrides", type=_override, action="append", default=[], metavar="NAME=VALUE",
+                        help="with --preset: override a config field, e.g. --set rope_precision=exact (repeatable)")
     parser.add_argument("--batch", type=int, default=None,
                         help="batch size (default 2 for the named configs, 1 with --preset)")
     parser.add_argument("--engine", choices=ENGINES, default="mpmath",
@@ -274,12 +300,18 @@ def run(args: argparse.Namespace) -> int:
     if args.seq_len < 1 or args.dps < 1 or (args.batch is not None and args.batch < 1):
         print("error: --seq-len, --dps and --batch must be positive", file=sys.stderr)
         return 2
-    if args.preset is None and args.batch not in (None, 2):
-        print("error: --batch applies to --preset only (the named configs use batch 2)", file=sys.stderr)
+    if args.preset is None and (args.batch not in (None, 2) or args.overrides):
+        print("error: --batch and --set apply to --preset only (the named configs use batch 2)", file=sys.stderr)
         return 2
     if args.preset is not None:
+        try:
+            PLDRConfig.preset(args.preset, **dict(args.overrides))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         text = preset_report(args.preset, args.seeds or DEFAULT_PRESET_SEEDS, seq_len=args.seq_len,
-                             batch=args.batch or 1, dps=args.dps, engine=args.engine, quiet=args.quiet)
+                             batch=args.batch or 1, dps=args.dps, engine=args.engine, quiet=args.quiet,
+                             overrides=dict(args.overrides))
     else:
         text = report(args.configs, args.seeds or DEFAULT_SEEDS, seq_len=args.seq_len, dps=args.dps,
                       per_config=not args.pooled_only, engine=args.engine, quiet=args.quiet)
