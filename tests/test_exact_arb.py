@@ -38,7 +38,8 @@ from pldr_ref.exact.arb.balls import (
     round_balls,
     working_precision,
 )
-from pldr_ref.exact.arb.model import forward_stages
+from pldr_ref.exact.arb.model import REQUIRED_BITS, check_projection, forward_stages
+from pldr_ref.exact.arb.stages import NeedPrecisionError
 from pldr_ref.exact.model import ExactModel, forward_mp
 from pldr_ref.exact.numbers import round_mpf
 from pldr_ref.params import init_params, perturb_params
@@ -119,6 +120,15 @@ def test_next_precision_grows_and_is_capped() -> None:
     assert next_precision(128, 10.0, 1, 1, 4096) == 192  # at least 1.5 x
     assert next_precision(256, 200.0, 1, 4, 4096) == 960  # 200 bits lost in 1 of 4 stages: 800 + 117
     assert next_precision(1024, 5000.0, 1, 1, 2048) == 2048
+
+
+def test_projection_stops_a_hopeless_attempt_and_suggests_a_precision() -> None:
+    check_projection([700.0, 650.0], 4, 768)  # 650 - 4 x 50 = 450 bits left: continue
+    with pytest.raises(NeedPrecisionError) as err:
+        check_projection([700.0, 560.0], 4, 768)  # 560 - 4 x 140 = 0 bits left: stop
+    assert err.value.suggested_prec == 768 + REQUIRED_BITS + 64
+    with pytest.raises(NeedPrecisionError):  # the largest loss of one layer counts, not the average
+        check_projection([700.0, 690.0, 500.0], 2, 768)
 
 
 def test_uncertified_path_on_a_rounding_boundary() -> None:

@@ -56,6 +56,20 @@ def test_preset_report_out_file_and_progress(tmp_path) -> None:
     assert code == 0 and err == "" and "batch 2" in out and "| logits | 640 |" in out
 
 
+def test_set_overrides_config_fields() -> None:
+    code, out, _ = run_cli(["accuracy", "--preset", "tiny", "--set", "rope_layout=half", "--set", "attn_bias=false",
+                            "--seq-len", "3", "--quiet"])
+    assert code == 0 and "preset: tiny, rope_layout=half, attn_bias=False;" in out
+    base = run_cli(["accuracy", "--preset", "tiny", "--seq-len", "3", "--quiet"])[1]
+    assert _tables(out) != _tables(base)  # the override reaches the model
+    with pytest.raises(SystemExit):
+        run_cli(["accuracy", "--preset", "tiny", "--set", "no_such_field=1"])
+    with pytest.raises(SystemExit):
+        run_cli(["accuracy", "--preset", "tiny", "--set", "num_layers=two"])
+    assert run_cli(["accuracy", "--preset", "tiny", "--set", "rope_layout=diagonal", "--quiet"])[0] == 2
+    assert run_cli(["accuracy", "--configs", "tiny", "--set", "rope_layout=half", "--quiet"])[0] == 2
+
+
 def test_bad_options() -> None:
     assert run_cli(["accuracy", "--preset", "tiny", "--batch", "0", "--quiet"])[0] == 2
     assert run_cli(["accuracy", "--configs", "tiny", "--batch", "3", "--quiet"])[0] == 2

@@ -17,6 +17,7 @@ finishing a forward that cannot certify its logits.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -147,16 +148,23 @@ def lm_head(params: Params, hidden: np.ndarray) -> np.ndarray:
     return np.concatenate(parts, axis=-1)
 
 
-def check_projection(x: np.ndarray, start_bits: float, layers_done: int, layers_left: int) -> None:
-    """Raise :class:`NeedPrecisionError` if the accuracy of ``x``, extrapolated over ``layers_left`` more layers, ends
-    below :data:`REQUIRED_BITS` (the loss per layer is the average of the ``layers_done`` layers so far)."""
-    acc = accuracy_bits(x)
-    if layers_done < 1 or not np.isfinite(acc):
+def check_projection(layer_accuracy: list[float], layers_left: int, start_bits: float) -> None:
+    """Raise :class:`NeedPrecisionError` if the accuracy at this layer boundary, minus the largest loss of one
+    layer so far times ``layers_left``, ends below :data:`REQUIRED_BITS`.
+
+    ``layer_accuracy`` holds the normwise accuracy (bits) of x0 and of each layer output so far; the error
+    suggests the precision that would end at :data:`REQUIRED_BITS` plus a reserve of ``PREC_STEP`` bits.
+    """
+    if len(layer_accuracy) < 2 or not all(np.isfinite(layer_accuracy)):
         return
-    per_layer = max(0.0, (start_bits - acc) / layers_done)
-    if acc - per_layer * layers_left < REQUIRED_BITS:
-        raise st.NeedPrecisionError(f"after {layers_done} layer(s) the accuracy is {acc:.0f} bits, losing "
-                               f"{per_layer:.0f} per layer: {layers_left} more layer(s) would not certify")
+    acc = layer_accuracy[-1]
+    per_layer = max(0.0, *(a - b for a, b in itertools.pairwise(layer_accuracy)))
+    projected = acc - per_layer * layers_left
+    if projected < REQUIRED_BITS:
+        suggested = start_bits + (REQUIRED_BITS - projected) + PREC_STEP
+        raise st.NeedPrecisionError(f"at {acc:.0f} bits after {len(layer_accuracy) - 1} layer(s), losing up to "
+                                    f"{per_layer:.0f} per layer: {layers_left} more layer(s) would not certify",
+                                    suggested_prec=int(suggested))
 
 
 def forward_stages(params: Params, ids: np.ndarray, *, start_pos: int, key_padding: np.ndarray | None,
@@ -174,9 +182,11 @@ def forward_stages(params: Params, ids: np.ndarray, *, start_pos: int, key_paddi
     yield "embed", emb, False, rn32.undecided > 0
     x = st.layer_norm(emb, params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"], c.eps_ln)
     yield "x0", x, False, rn32.undecided > 0
+    layer_accuracy = [accuracy_bits(x)]
     for i in range(c.num_layers):
-        if not final:
-            check_projection(x, start_bits, i, c.num_layers - i)
+        if not final and i > 0:
+            layer_accuracy.append(accuracy_bits(x))
+            check_projection(layer_accuracy, c.num_layers - i, start_bits)
         for name, val in decoder_layer(params.layer(i), x, c, positions=positions, mask=mask, rn32=rn32):
             yield f"layers.{i}.{name}", val, name in NONNEG_STAGES, rn32.undecided > 0
             if name == "out2":

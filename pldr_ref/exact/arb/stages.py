@@ -32,7 +32,12 @@ from pldr_ref.params import GLUParams, LayerParams, NormParams, ResUnitParams
 
 
 class NeedPrecisionError(ArithmeticError):
-    """A binary32 rounding inside the forward map is not decided at this precision (raise it and redo)."""
+    """The computation cannot succeed at this precision (an undecided binary32 rounding, or a projected loss of
+    accuracy): raise the precision and redo.  ``suggested_prec`` (bits), when known, is the precision to try next."""
+
+    def __init__(self, message: str, suggested_prec: int | None = None) -> None:
+        super().__init__(message)
+        self.suggested_prec = suggested_prec
 
 
 class Float32Rounder:

@@ -114,6 +114,7 @@ def certify(compute: Compute, *, prec: int = DEFAULT_PREC, max_prec: int = DEFAU
         accuracy: dict[str, float] = {}
         start = time.monotonic()
         stopped: str | None = None
+        suggested: int | None = None
         lost = math.inf
         with working_precision(prec):
             stages = compute(prec, final)
@@ -129,11 +130,12 @@ def certify(compute: Compute, *, prec: int = DEFAULT_PREC, max_prec: int = DEFAU
                     if not final and not ok.all():
                         stopped, lost = name, prec - acc
                         break
-            except NeedPrecisionError:
+            except NeedPrecisionError as exc:
                 if final:
                     raise
-                stopped = "(binary32 rounding)"
+                stopped = f"({exc})"
                 lost = prec - min(accuracy.values(), default=0.0)
+                suggested = exc.suggested_prec
             finally:
                 stages.close()
         attempts.append(Attempt(prec, stopped, time.monotonic() - start))
@@ -141,4 +143,7 @@ def certify(compute: Compute, *, prec: int = DEFAULT_PREC, max_prec: int = DEFAU
             return Certified(values, certified, accuracy, attempts)
         done = len(values)
         total = seen_total if seen_total is not None else max(done, 1)
-        prec = next_precision(prec, lost, done, total, max_prec)
+        if suggested is not None:  # the computation projected its own need: trust it (at least one step up)
+            prec = min(max(-(-suggested // PREC_STEP) * PREC_STEP, prec + PREC_STEP), max_prec)
+        else:
+            prec = next_precision(prec, lost, done, total, max_prec)
