@@ -19,7 +19,9 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+import mpmath
 import numpy as np
+from mpmath.libmp import from_man_exp
 
 try:
     import flint
@@ -206,8 +208,6 @@ def round_ball_to_float32(v: arb) -> arb | None:
     return arb(lo) if _same_bits(lo, hi) else None
 
 
-def _mpf(man: int, exp: int) -> Any:
-    import mpmath
-    from mpmath.libmp import from_man_exp
-
+def _mpf(man: int, exp: int) -> mpmath.mpf:
+    """The exact ``mpf`` man * 2^exp (no rounding)."""
     return mpmath.mp.make_mpf(from_man_exp(man, exp))

@@ -17,7 +17,7 @@ from pldr_ref.exact.arb import stages as st
 from pldr_ref.exact.arb.balls import balls
 from pldr_ref.exact.arb.model import UncertifiedError, decoder_layer, embedding_scale, forward, initial_precision
 from pldr_ref.exact.arb.ops import arb_op
-from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, certify
+from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, Stages, certify
 from pldr_ref.params import GLUParams, Params
 
 ArbRunner = Callable[[PLDRConfig | None, Params | None, Mapping[str, Any], Mapping[str, np.ndarray]],
@@ -51,7 +51,7 @@ def _metric_learner(config, params, args, inputs):
     return _op(f"metric_learner_{kind}", "a0", extra=_layer)(config, params, args, inputs)
 
 
-def _staged(compute_stages: Callable[[bool], Any], config: PLDRConfig) -> dict[str, np.ndarray]:
+def _staged(compute_stages: Callable[[bool], Stages], config: PLDRConfig) -> dict[str, np.ndarray]:
     res = certify(lambda _p, final: compute_stages(final), prec=initial_precision(config),
                   max_prec=max(DEFAULT_MAX_PREC, initial_precision(config)))
     if not res.all_certified:
@@ -62,7 +62,7 @@ def _staged(compute_stages: Callable[[bool], Any], config: PLDRConfig) -> dict[s
 def _embedding(config, params, args, inputs):
     rows = params["decoder.embedding.weight"][np.asarray(inputs["token_ids"])]
 
-    def stages(final: bool):
+    def stages(final: bool) -> Stages:
         rn32 = st.Float32Rounder(final)
         yield "out", balls(rows) * embedding_scale(params.config, rn32), False, rn32.undecided > 0
 
@@ -83,7 +83,7 @@ def _decoder_layer(config, params, args, inputs):
     positions = [int(p) for p in np.asarray(inputs["positions"]).reshape(-1)]
     mask = inputs.get("mask")
 
-    def stages(final: bool):
+    def stages(final: bool) -> Stages:
         rn32 = st.Float32Rounder(final)
         for name, val in decoder_layer(lp, balls(x), c, positions=positions, mask=mask, rn32=rn32):
             yield f"layers.{li}.{name}", val, name in ("E", "A_LM", "A_P"), rn32.undecided > 0

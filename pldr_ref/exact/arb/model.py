@@ -18,7 +18,7 @@ finishing a forward that cannot certify its logits.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import flint
@@ -28,7 +28,7 @@ from pldr_ref.config import PLDRConfig
 from pldr_ref.constants import FINFO_MIN_F64
 from pldr_ref.exact.arb import stages as st
 from pldr_ref.exact.arb.balls import accuracy_bits, ball, balls
-from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, PREC_STEP, Certified, certify
+from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, PREC_STEP, Certified, Stages, certify
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import LayerParams, Params
@@ -92,7 +92,7 @@ def embedding_scale(config: PLDRConfig, rn32: st.Float32Rounder) -> Any:
 
 
 def decoder_layer(lp: LayerParams, x: np.ndarray, config: PLDRConfig, *, positions: list[int],
-                  mask: np.ndarray | None, rn32: st.Float32Rounder):
+                  mask: np.ndarray | None, rn32: st.Float32Rounder) -> Iterator[tuple[str, np.ndarray]]:
     """Yield (stage, balls) of one decoder layer in :data:`pldr_ref.layer.LAYER_STAGES` order (spec §2.3-§2.4)."""
     c = config
     st.follow_accuracy(x)
@@ -168,7 +168,7 @@ def check_projection(layer_accuracy: list[float], layers_left: int, start_bits: 
 
 
 def forward_stages(params: Params, ids: np.ndarray, *, start_pos: int, key_padding: np.ndarray | None,
-                   final: bool):
+                   final: bool) -> Stages:
     """Yield (name, balls, nonneg, tainted) for every trace entry at the current working precision.
 
     Unless ``final``, stops with :class:`NeedPrecisionError` when :func:`check_projection` fails between layers.
@@ -212,7 +212,7 @@ def forward_certified(params: Params, token_ids: Any, *, start_pos: int = 0, att
         key_padding = ids == c.pad_id if pad_masking else None
     p0 = initial_precision(c) if prec is None else prec
 
-    def compute(_prec: int, final: bool):
+    def compute(_prec: int, final: bool) -> Stages:
         return forward_stages(params, ids, start_pos=start_pos, key_padding=key_padding, final=final)
 
     return certify(compute, prec=p0, max_prec=max(max_prec, p0), total_stages=len(trace_names(c)),

@@ -19,7 +19,7 @@ from pldr_ref.constants import EPS_ADJ, EPS_LN, FINFO_MIN_F64, MASK_VALUE, ROPE_
 from pldr_ref.exact.arb import stages as st
 from pldr_ref.exact.arb.balls import balls
 from pldr_ref.exact.arb.model import UncertifiedError
-from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, DEFAULT_PREC, Certified, certify
+from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, DEFAULT_PREC, Certified, Stages, certify
 from pldr_ref.params import GLUParams
 
 #: An op returns (balls, nonneg, special): ``special`` is None or a float64 array, NaN where the ball
@@ -163,7 +163,7 @@ def arb_op_certified(name: str, *args: Any, prec: int = DEFAULT_PREC, max_prec: 
     fn = ARB_OPS[name]
     special: list[np.ndarray | None] = [None]
 
-    def compute(_prec: int, final: bool):
+    def compute(_prec: int, final: bool) -> Stages:
         rn32 = st.Float32Rounder(final)
         out, nonneg, special[0] = fn(*args, rn32=rn32, **kwargs)
         yield "out", out, nonneg, rn32.undecided > 0
