@@ -39,7 +39,7 @@ from pldr_ref.exact.arb.balls import (
     working_precision,
 )
 from pldr_ref.exact.arb.model import REQUIRED_BITS, check_projection, forward_stages
-from pldr_ref.exact.arb.stages import NeedPrecisionError
+from pldr_ref.exact.arb.stages import Float32Rounder, NeedPrecisionError
 from pldr_ref.exact.model import ExactModel, forward_mp
 from pldr_ref.exact.numbers import round_mpf
 from pldr_ref.params import init_params, perturb_params
@@ -120,6 +120,18 @@ def test_next_precision_grows_and_is_capped() -> None:
     assert next_precision(128, 10.0, 1, 1, 4096) == 192  # at least 1.5 x
     assert next_precision(256, 200.0, 1, 4, 4096) == 960  # 200 bits lost in 1 of 4 stages: 800 + 117
     assert next_precision(1024, 5000.0, 1, 1, 2048) == 2048
+
+
+def test_binary32_rounding_of_balls() -> None:
+    tie32 = arb(((1 << 24) + 1, -24), (1, -60))  # around the midpoint between 1 and 1 + 2^-23
+    exact = np.array([arb(((1 << 24) + 1, -24))], dtype=object)  # exactly halfway: ties to even -> 1.0
+    with working_precision(128):
+        assert Float32Rounder()(exact)[0].mid().man_exp() == (1, 0)
+        with pytest.raises(NeedPrecisionError):
+            Float32Rounder()(np.array([tie32], dtype=object))
+        final = Float32Rounder(final=True)
+        out = final(np.array([tie32, arb(0.1)], dtype=object))
+        assert final.undecided == 1 and float(out[1]) == float(np.float32(0.1))
 
 
 def test_projection_stops_a_hopeless_attempt_and_suggests_a_precision() -> None:
