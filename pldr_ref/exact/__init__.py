@@ -8,7 +8,9 @@ Independent of the float64 functions (only ``PLDRConfig`` / ``Params`` structure
 * :func:`blockwise_loss` - blockwise cross-entropy and DAG terms;
 * :mod:`pldr_ref.exact.certified` - interval enclosures of the elementwise ops;
 * :mod:`pldr_ref.exact.numbers` - exact float64 <-> mpf conversion and correct rounding;
-* :mod:`pldr_ref.exact.accuracy` - the ``pldr-ref accuracy`` report.
+* :mod:`pldr_ref.exact.accuracy` - the ``pldr-ref accuracy`` report;
+* :mod:`pldr_ref.exact.arb` - the second engine, certified ball arithmetic (python-flint), reached
+  with ``forward(..., engine="arb")``; it scales to the real architecture.
 """
 
 from pldr_ref.exact.guard import PrecisionError

@@ -8,24 +8,33 @@ exact value.  Per stage (all layers pooled) the report gives the max and median 
 ULPs, the max and median elementwise relative error (exact zeros skipped) and the max
 normwise relative error max|f64 - exact| / max|exact| per tensor.  Output is deterministic.
 
+``--preset NAME`` measures one full-size preset instead (default batch 1), e.g. the real
+architecture with ``--preset v510-110m --seq-len 16 --engine arb``: the exact values then come
+from the certified ball-arithmetic engine (:mod:`pldr_ref.exact.arb`), and the report states how
+many values are certified correctly rounded and at which working precision.  Progress goes to
+stderr (``--quiet`` silences it); ``--out PATH`` writes the report to a file instead of stdout.
+
 Run ``pldr-ref accuracy`` or ``python -m pldr_ref.exact.accuracy``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from pldr_ref.config import PLDRConfig
+from pldr_ref.config import PRESETS, PLDRConfig
+from pldr_ref.exact.model import ENGINES
 from pldr_ref.exact.model import forward as exact_forward
 from pldr_ref.exact.numbers import ulp_distance
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.model import forward as float64_forward
 from pldr_ref.params import init_params, perturb_params
+from pldr_ref.progress import Progress
 
 #: Named configurations of the accuracy report (all small enough for the exact tier).
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -39,6 +48,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 DEFAULT_CONFIGS = tuple(CONFIGS)
 DEFAULT_SEEDS = (0, 1, 2)
+DEFAULT_PRESET_SEEDS = (0,)
 STAGE_ORDER = ("embed", "x0", *LAYER_STAGES, "logits")
 
 
@@ -49,13 +59,14 @@ def named_config(name: str) -> PLDRConfig:
     return PLDRConfig.preset("tiny", **CONFIGS[name])
 
 
-def case_inputs(config: PLDRConfig, seed: int, seq_len: int) -> tuple[Any, np.ndarray]:
-    """(params, token ids [2, seq_len]) of one case; ids avoid pad_id except the padded tail of row 1."""
+def case_inputs(config: PLDRConfig, seed: int, seq_len: int, batch: int = 2) -> tuple[Any, np.ndarray]:
+    """(params, token ids [batch, seq_len]) of one case; ids avoid pad_id except the padded tail of row 1."""
     params = perturb_params(init_params(config, seed), seed + 1000)
     rng = np.random.Generator(np.random.PCG64(seed))
-    ids = rng.integers(1, config.vocab_size, size=(2, seq_len))
+    ids = rng.integers(1, config.vocab_size, size=(batch, seq_len))
     ids[ids == config.pad_id] = (config.pad_id + 1) % config.vocab_size
-    ids[1, seq_len - max(1, seq_len // 4):] = config.pad_id
+    if batch > 1:
+        ids[1, seq_len - max(1, seq_len // 4):] = config.pad_id
     return params, ids
 
 
@@ -74,13 +85,64 @@ def stage_errors(f64: dict[str, np.ndarray], exact: dict[str, np.ndarray]) -> di
     return out
 
 
-def measure(config_name: str, seed: int, *, seq_len: int = 8, dps: int = 50) -> dict[str, dict[str, np.ndarray]]:
-    """Errors of the float64 tier for one named config and seed (see :func:`stage_errors`)."""
-    config = named_config(config_name)
-    params, ids = case_inputs(config, seed, seq_len)
-    exact = exact_forward(params, ids, dps=dps, guard=True)
+class Certification:
+    """Certificates of the arb engine over the cases of a report: counts and working precisions."""
+
+    def __init__(self) -> None:
+        self.certified = 0
+        self.total = 0
+        self.precisions: list[int] = []
+        self.least_bits: list[float] = []
+        self.uncertified: dict[str, int] = {}
+
+    def add(self, result: Any) -> None:
+        """Record one :class:`pldr_ref.exact.arb.Certified` result."""
+        ok, n = result.counts()
+        self.certified += ok
+        self.total += n
+        self.precisions.append(result.prec)
+        self.least_bits.append(min(result.accuracy.values()))
+        for name, k in result.uncertified().items():
+            self.uncertified[name] = self.uncertified.get(name, 0) + k
+
+    def line(self) -> str:
+        """One deterministic summary line."""
+        frac = 100.0 * self.certified / self.total if self.total else 100.0
+        text = (f"certified correctly rounded: {self.certified}/{self.total} values ({frac:.2f} %); "
+                f"working precision {', '.join(f'{p} bits' for p in self.precisions)}; least normwise accuracy "
+                f"of a stage's balls {', '.join(f'{b:.0f} bits' for b in self.least_bits)}")
+        if self.uncertified:
+            text += "; uncertified by stage: " + ", ".join(f"{k} {v}" for k, v in self.uncertified.items())
+        return text
+
+
+def exact_trace(params: Any, ids: np.ndarray, *, engine: str, dps: int, cert: Certification | None = None,
+                progress: Progress | None = None) -> dict[str, np.ndarray]:
+    """The exact trace of one case from ``engine`` (mpmath: guarded at 2 dps; arb: certified, recorded in ``cert``)."""
+    if engine == "mpmath":
+        return exact_forward(params, ids, dps=dps, guard=True)
+    from pldr_ref.exact.arb import forward_certified
+
+    res = forward_certified(params, ids, on_stage=None if progress is None else progress.advance)
+    if cert is not None:
+        cert.add(res)
+    return res.values
+
+
+def measure_case(config: PLDRConfig, seed: int, *, seq_len: int, batch: int, dps: int = 50, engine: str = "mpmath",
+                 cert: Certification | None = None, progress: Progress | None = None
+                 ) -> dict[str, dict[str, np.ndarray]]:
+    """Errors of the float64 tier on one case of ``config`` (see :func:`stage_errors`)."""
+    params, ids = case_inputs(config, seed, seq_len, batch)
+    exact = exact_trace(params, ids, engine=engine, dps=dps, cert=cert, progress=progress)
     f64 = float64_forward(params, ids).flat()
     return stage_errors(f64, exact)
+
+
+def measure(config_name: str, seed: int, *, seq_len: int = 8, dps: int = 50, engine: str = "mpmath",
+            cert: Certification | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """Errors of the float64 tier for one named config and seed (see :func:`stage_errors`)."""
+    return measure_case(named_config(config_name), seed, seq_len=seq_len, batch=2, dps=dps, engine=engine, cert=cert)
 
 
 def pooled(results: Sequence[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
@@ -115,23 +177,69 @@ def format_table(stats: dict[str, dict[str, np.ndarray]]) -> str:
     return "\n".join(lines)
 
 
+def _engine_line(engine: str, dps: int) -> str:
+    if engine == "mpmath":
+        return f"engine mpmath, dps {dps} (guarded at {2 * dps})"
+    return "engine arb (ball arithmetic, every value certified by Ziv's strategy)"
+
+
 def report(configs: Sequence[str], seeds: Sequence[int], *, seq_len: int = 8, dps: int = 50,
-           per_config: bool = True) -> str:
+           per_config: bool = True, engine: str = "mpmath", quiet: bool = True) -> str:
     """The full deterministic report: one pooled table per config (optional) and one over everything."""
     parts = [
         "float64 tier vs exact tier (correctly rounded), per stage, all layers pooled",
         f"configs: {', '.join(configs)}; seeds: {', '.join(map(str, seeds))}; batch 2, seq_len {seq_len}; "
-        f"dps {dps} (guarded at {2 * dps})",
+        + _engine_line(engine, dps),
         "",
     ]
     everything = []
-    for name in configs:
-        results = [measure(name, s, seq_len=seq_len, dps=dps) for s in seeds]
-        everything.extend(results)
-        if per_config:
-            parts += [f"### {name}: {CONFIGS[name] or 'preset tiny'}", "", format_table(pooled(results)), ""]
+    cert = Certification() if engine == "arb" else None
+    with Progress(len(configs) * len(seeds), "accuracy", enabled=not quiet) as progress:
+        for name in configs:
+            results = []
+            for s in seeds:
+                results.append(measure(name, s, seq_len=seq_len, dps=dps, engine=engine, cert=cert))
+                progress.advance(f"{name} seed {s}")
+            everything.extend(results)
+            if per_config:
+                parts += [f"### {name}: {CONFIGS[name] or 'preset tiny'}", "", format_table(pooled(results)), ""]
     parts += ["### all configs pooled", "", format_table(pooled(everything)), ""]
+    if cert is not None:
+        parts += [cert.line(), ""]
     return "\n".join(parts)
+
+
+def preset_report(preset: str, seeds: Sequence[int], *, seq_len: int, batch: int = 1, dps: int = 50,
+                  engine: str = "mpmath", quiet: bool = True, overrides: Mapping[str, Any] | None = None) -> str:
+    """Report for one full preset (e.g. ``v510-110m``, with optional field ``overrides``): a table per stage
+    over the seeds, and the certificates."""
+    overrides = dict(overrides or {})
+    config = PLDRConfig.preset(preset, **overrides)
+    changed = "".join(f", {k}={v}" for k, v in overrides.items())
+    parts = [
+        "float64 tier vs exact tier (correctly rounded), per stage, all layers pooled",
+        f"preset: {preset}{changed}; seeds: {', '.join(map(str, seeds))}; batch {batch}, seq_len {seq_len}; "
+        + _engine_line(engine, dps),
+        "",
+    ]
+    cert = Certification() if engine == "arb" else None
+    stages_per_case = 1 + len(_trace_names(config)) if engine == "arb" else 1
+    results = []
+    with Progress(len(seeds) * stages_per_case, f"accuracy {preset}", enabled=not quiet) as progress:
+        for s in seeds:
+            results.append(measure_case(config, s, seq_len=seq_len, batch=batch, dps=dps, engine=engine, cert=cert,
+                                        progress=progress if engine == "arb" else None))
+            progress.advance(f"seed {s} compared")
+    parts += [f"### {preset}{changed}", "", format_table(pooled(results)), ""]
+    if cert is not None:
+        parts += [cert.line(), ""]
+    return "\n".join(parts)
+
+
+def _trace_names(config: PLDRConfig) -> list[str]:
+    from pldr_ref.exact.arb import trace_names
+
+    return trace_names(config)
 
 
 def _csv_ints(text: str) -> tuple[int, ...]:
@@ -149,22 +257,69 @@ def _csv_names(text: str) -> tuple[str, ...]:
     return names
 
 
+def _override(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` of a :class:`PLDRConfig` field, VALUE parsed as the field's type."""
+    name, sep, raw = text.partition("=")
+    fields = {f.name: f for f in dataclasses.fields(PLDRConfig)}
+    if not sep or name not in fields:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME a PLDRConfig field, got {text!r}")
+    kind = type(getattr(PLDRConfig(), name))
+    try:
+        if kind is bool:
+            if raw not in ("true", "false"):
+                raise ValueError(raw)
+            return name, raw == "true"
+        return name, kind(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{name}: cannot read {raw!r} as {kind.__name__}") from exc
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the accuracy report."""
     parser.add_argument("--configs", type=_csv_names, default=DEFAULT_CONFIGS,
                         help=f"comma-separated config names (default: all: {','.join(DEFAULT_CONFIGS)})")
-    parser.add_argument("--seeds", type=_csv_ints, default=DEFAULT_SEEDS, help="comma-separated seeds (default 0,1,2)")
+    parser.add_argument("--seeds", type=_csv_ints, default=None,
+                        help="comma-separated seeds (default 0,1,2; 0 with --preset)")
     parser.add_argument("--seq-len", type=int, default=8, help="sequence length S (default 8)")
     parser.add_argument("--dps", type=int, default=50, help="exact-tier decimal digits (default 50)")
     parser.add_argument("--pooled-only", action="store_true", help="print only the table over all configs")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                        help="measure this full preset instead of the named tiny configs (e.g. v510-110m)")
+    parser.add_argument("--set", dest="overrides", type=_override, action="append", default=[], metavar="NAME=VALUE",
+                        help="with --preset: override a config field, e.g. --set rope_precision=exact (repeatable)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="batch size (default 2 for the named configs, 1 with --preset)")
+    parser.add_argument("--engine", choices=ENGINES, default="mpmath",
+                        help="exact engine: mpmath (default) or arb (certified ball arithmetic, python-flint)")
+    parser.add_argument("--out", default=None, help="write the report to this file instead of stdout")
+    parser.add_argument("--quiet", action="store_true", help="no progress display on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the report for parsed ``args``; returns the exit code."""
-    if args.seq_len < 1 or args.dps < 1:
-        print("error: --seq-len and --dps must be positive", file=sys.stderr)
+    """Print (or write) the report for parsed ``args``; returns the exit code."""
+    if args.seq_len < 1 or args.dps < 1 or (args.batch is not None and args.batch < 1):
+        print("error: --seq-len, --dps and --batch must be positive", file=sys.stderr)
         return 2
-    print(report(args.configs, args.seeds, seq_len=args.seq_len, dps=args.dps, per_config=not args.pooled_only))
+    if args.preset is None and (args.batch not in (None, 2) or args.overrides):
+        print("error: --batch and --set apply to --preset only (the named configs use batch 2)", file=sys.stderr)
+        return 2
+    if args.preset is not None:
+        try:
+            PLDRConfig.preset(args.preset, **dict(args.overrides))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        text = preset_report(args.preset, args.seeds or DEFAULT_PRESET_SEEDS, seq_len=args.seq_len,
+                             batch=args.batch or 1, dps=args.dps, engine=args.engine, quiet=args.quiet,
+                             overrides=dict(args.overrides))
+    else:
+        text = report(args.configs, args.seeds or DEFAULT_SEEDS, seq_len=args.seq_len, dps=args.dps,
+                      per_config=not args.pooled_only, engine=args.engine, quiet=args.quiet)
+    if args.out is None:
+        print(text)
+    else:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
     return 0
 
 

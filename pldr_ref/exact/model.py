@@ -85,16 +85,46 @@ def round_trace(trace: dict[str, Any]) -> dict[str, np.ndarray]:
     return {name: to_float64(val) for name, val in trace.items()}
 
 
+#: Emulation switches (issue 12) that the arb engine evaluates only at these values.
+ARB_SWITCH_VALUES = {"rope_table": "auto", "rope_arithmetic": "auto", "score_scale": "exact",
+                     "mask_add_dtype": "float64", "softmax_precision": "float64", "masked_row": "arithmetic"}
+
+
+def _check_arb_supports(config: Any, position_ids: Any, rope_table: Any) -> None:
+    """``NotImplementedError`` naming what the arb engine does not evaluate (use ``engine="mpmath"``)."""
+    if position_ids is not None or rope_table is not None:
+        raise NotImplementedError("engine='arb' takes no position_ids or explicit rope_table; use engine='mpmath'")
+    off = {k: getattr(config, k) for k, v in ARB_SWITCH_VALUES.items() if getattr(config, k) != v}
+    if off:
+        raise NotImplementedError(f"engine='arb' evaluates {sorted(off)} only at {ARB_SWITCH_VALUES}; got {off}; "
+                                  "use engine='mpmath'")
+
+
+#: Engines of :func:`forward`: mpmath (default, independent) and arb (certified ball arithmetic, python-flint).
+ENGINES = ("mpmath", "arb")
+
+
 def forward(params: Params, token_ids: Any, *, dps: int = 50, start_pos: int = 0, guard: bool = True,
             attention_mask: Any = None, pad_masking: bool | None = None, position_ids: Any = None,
-            rope_table: RopeTable | None = None) -> dict[str, np.ndarray]:
+            rope_table: RopeTable | None = None, engine: str = "mpmath") -> dict[str, np.ndarray]:
     """Exact forward of PLDR-LLM: trace name -> float64 array, each value correctly rounded.
 
     Same trace names and shapes as ``pldr_ref.forward(...).flat()``.  With ``guard`` the
     computation is repeated at ``2 * dps`` and a :class:`~pldr_ref.exact.guard.PrecisionError`
     names the first stage whose float64 rounding differs.  A stage whose correctly rounded
     value overflows float64 raises ``FloatingPointError`` naming the stage, as the float64 tier does.
+    ``engine="arb"`` evaluates the same map in certified ball arithmetic instead
+    (:func:`pldr_ref.exact.arb.forward`; ``dps`` and ``guard`` do not apply: every value carries a
+    certificate, and ``pldr_ref.exact.arb.UncertifiedError`` reports one that stays undecided).
     """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if engine == "arb":
+        from pldr_ref.exact.arb import forward as arb_forward
+
+        _check_arb_supports(params.config, position_ids, rope_table)
+        return arb_forward(params, token_ids, start_pos=start_pos, attention_mask=attention_mask,
+                           pad_masking=resolve_pad_masking(params.config, pad_masking))
     model = ExactModel(params)
     ids = validate_token_ids(token_ids, model.config, start_pos)
     key_padding = key_padding_of(ids, model.config, attention_mask, resolve_pad_masking(model.config, pad_masking))

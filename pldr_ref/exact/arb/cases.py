@@ -1,0 +1,138 @@
+"""Golden-case kinds through the arb engine: the same inputs and arguments as the mpmath exact-tier runners.
+
+:func:`run_arb` mirrors :func:`pldr_ref.fixtures.exact_tier.run_exact` (fixture kind, config, params,
+args, inputs -> outputs) so that every committed exact-tier case can be recomputed by the second
+engine and compared bit for bit with its golden values (``tests/test_exact_arb_golden.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from pldr_ref.config import PLDRConfig
+from pldr_ref.exact.arb import stages as st
+from pldr_ref.exact.arb.balls import balls
+from pldr_ref.exact.arb.model import UncertifiedError, decoder_layer, embedding_scale, forward, initial_precision
+from pldr_ref.exact.arb.ops import arb_op
+from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, Stages, certify
+from pldr_ref.params import GLUParams, Params
+
+ArbRunner = Callable[[PLDRConfig | None, Params | None, Mapping[str, Any], Mapping[str, np.ndarray]],
+                     dict[str, np.ndarray]]
+
+
+def _op(name: str, *positional: str, extra: Callable[..., list] | None = None,
+        keywords: tuple[str, ...] = ()) -> ArbRunner:
+    def run(config, params, args, inputs):
+        values = [inputs.get(n) for n in positional]
+        if extra is not None:
+            values.extend(extra(params, args, inputs))
+        return {"out": arb_op(name, *values, **{k: args[k] for k in keywords})}
+    return run
+
+
+def _glu_params(params, args, inputs):
+    return [GLUParams(*(inputs.get(n) for n in ("w1", "b1", "w2", "b2", "w3", "b3")))]
+
+
+def _unit(params, args, inputs):
+    return [params.layer(int(args["layer"])).res_units[int(args["unit"])], params.config.eps_ln]
+
+
+def _layer(params, args, inputs):
+    return [params.layer(int(args["layer"])), params.config.eps_ln]
+
+
+def _metric_learner(config, params, args, inputs):
+    kind = params.config.metric_learner
+    return _op(f"metric_learner_{kind}", "a0", extra=_layer)(config, params, args, inputs)
+
+
+def _staged(compute_stages: Callable[[bool], Stages], config: PLDRConfig) -> dict[str, np.ndarray]:
+    res = certify(lambda _p, final: compute_stages(final), prec=initial_precision(config),
+                  max_prec=max(DEFAULT_MAX_PREC, initial_precision(config)))
+    if not res.all_certified:
+        raise UncertifiedError(res)
+    return res.values
+
+
+def _embedding(config, params, args, inputs):
+    rows = params["decoder.embedding.weight"][np.asarray(inputs["token_ids"])]
+
+    def stages(final: bool) -> Stages:
+        rn32 = st.Float32Rounder(final)
+        yield "out", balls(rows) * embedding_scale(params.config, rn32), False, rn32.undecided > 0
+
+    return _staged(stages, params.config)
+
+
+def _lm_head(config, params, args, inputs):
+    return {"out": arb_op("linear", inputs["hidden"], params["final_layer.weight"], params.get("final_layer.bias"))}
+
+
+def _decoder_layer(config, params, args, inputs):
+    if any(k in inputs for k in ("past_k", "past_v", "frozen_A", "frozen_G_LM", "gram_offset")):
+        raise ValueError("the exact tier has no cache hooks: exact decoder_layer cases take x, positions, mask")
+    c = params.config
+    li = int(args["layer"])
+    lp = params.layer(li)
+    x = np.asarray(inputs["x"], dtype=np.float64)
+    positions = [int(p) for p in np.asarray(inputs["positions"]).reshape(-1)]
+    mask = inputs.get("mask")
+
+    def stages(final: bool) -> Stages:
+        rn32 = st.Float32Rounder(final)
+        for name, val in decoder_layer(lp, balls(x), c, positions=positions, mask=mask, rn32=rn32):
+            yield f"layers.{li}.{name}", val, name in ("E", "A_LM", "A_P"), rn32.undecided > 0
+
+    return _staged(stages, c)
+
+
+def _forward(config, params, args, inputs):
+    if params is None:
+        raise ValueError("exact forward needs parameters")
+    return forward(params, inputs["token_ids"], start_pos=int(args.get("start_pos", 0)),
+                   attention_mask=inputs.get("attention_mask"), pad_masking=bool(args.get("pad_masking", True)))
+
+
+ARB_RUNNERS: dict[str, ArbRunner] = {
+    "sigmoid": _op("sigmoid", "z"),
+    "silu": _op("silu", "z"),
+    "iswiglu": _op("iswiglu", "z"),
+    "layer_norm": _op("layer_norm", "x", "gamma", "beta", keywords=("eps",)),
+    "linear": _op("linear", "x", "weight", "bias"),
+    "glu": _op("glu", "x", extra=_glu_params),
+    "apply_rope": _op("apply_rope", "x", "positions", keywords=("layout", "precision", "base")),
+    "density_operator": _op("density_operator", "q_rot"),
+    "cumulative_density_operator": _op("cumulative_density_operator", "q_rot"),
+    "residual_unit": _op("residual_unit", "a", extra=_unit),
+    "metric_learner_v500": _op("metric_learner_v500", "a0", extra=_layer),
+    "metric_learner_v900": _op("metric_learner_v900", "a0", extra=_layer),
+    "metric_learner": _metric_learner,
+    "metric_tensor": _op("metric_tensor", "a", "W", "b", keywords=("eps_adj",)),
+    "potential_tensor": _op("potential_tensor", "a_lm", "P"),
+    "energy_curvature": _op("energy_curvature", "a_p", "a", "b_a"),
+    "attention_scores": _op("attention_scores", "q_rot", "g_lm", "k_rot"),
+    "apply_mask": _op("apply_mask", "scores", "mask", keywords=("mode", "mask_value")),
+    "masked_softmax": _op("masked_softmax", "logits"),
+    "mix_values": _op("mix_values", "e", "v"),
+    "embedding": _embedding,
+    "lm_head": _lm_head,
+    "decoder_layer": _decoder_layer,
+    "forward": _forward,
+}
+
+
+def run_arb(kind: str, config: PLDRConfig | None, params: Params | None, args: Mapping[str, Any],
+            inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Certified correctly rounded outputs of fixture kind ``kind`` from the arb engine."""
+    runner = ARB_RUNNERS.get(kind)
+    if runner is None:
+        raise ValueError(f"no arb-engine runner for fixture kind {kind!r}; kinds: {sorted(ARB_RUNNERS)}")
+    return runner(config, params, args, inputs)
+
+
+__all__ = ["ARB_RUNNERS", "run_arb"]
