@@ -209,3 +209,20 @@ def test_balls_enclose_mpmath_at_twice_the_precision(overrides: dict) -> None:
                 assert mids.count(False) > len(mids) // 2
             checked += bl.size
     assert checked > 1000
+
+
+@pytest.mark.parametrize("switch", sorted(__import__("pldr_ref.exact.model", fromlist=["x"]).ARB_SWITCH_VALUES))
+def test_arb_refuses_switch_values_it_does_not_evaluate(switch):
+    """A non-default issue-12 switch is refused by name, never silently evaluated at its default."""
+    from pldr_ref import PLDRConfig, init_params
+    from pldr_ref.config import _CHOICES
+    from pldr_ref.exact import forward as exact_forward
+    from pldr_ref.exact.model import ARB_SWITCH_VALUES
+
+    other = next(v for v in _CHOICES[switch] if v not in (ARB_SWITCH_VALUES[switch], "explicit"))
+    extra = {"mask_mode": "additive"} if switch == "mask_add_dtype" else {}
+    params = init_params(PLDRConfig.preset("tiny", **{switch: other}, **extra), seed=0)
+    with pytest.raises(NotImplementedError, match=switch):
+        exact_forward(params, np.array([[1, 2, 3]]), engine="arb")
+    control = init_params(PLDRConfig.preset("tiny"), seed=0)
+    assert exact_forward(control, np.array([[1, 2, 3]]), engine="arb")["logits"].shape == (1, 3, 64)
