@@ -1,9 +1,9 @@
 """Two engines, one answer: every committed exact-tier golden case, recomputed by the arb engine, bit for bit.
 
 The golden values of exact-tier cases come from the mpmath engine (dps 50, guarded at 100).  The
-arb engine reproduces every one of them except where the mpmath guard accepted a misrounded value:
-those entries are listed in :data:`MPMATH_MISROUNDED` and each is re-derived here with mpmath at a
-precision high enough to see the true value (so the exception is itself checked, not assumed).
+arb engine reproduces every one of them bit for bit.  (The arb cross-check found one value the mpmath
+tier used to misround, silu(2^-1074); the mpmath logistic functions now widen their working precision
+for tiny arguments, and :func:`test_mpmath_silu_resolves_the_subnormal_tie` pins that case.)
 """
 
 from __future__ import annotations
@@ -24,11 +24,7 @@ GOLDEN = Path(DEFAULT_GOLDEN_DIR)
 EXACT_CASES = sorted(name for name, entry in json.loads((GOLDEN / "MANIFEST.json").read_text())["cases"].items()
                      if entry["tier"] == "exact")
 
-#: (case, output, index) -> (golden value, input, op): silu(2^-1074) = 2^-1075 (1 + 2^-1076 + ...) lies just above
-#: the tie between 0 and 2^-1074, so it rounds to 2^-1074; at dps 50 and 100, 1 + e^{-z} rounds to 2 and mpmath
-#: lands exactly on the tie (ties to even: 0.0).  Seeing the true value needs > 1075 bits.
-MPMATH_MISROUNDED = {("op/silu_edges", "out", (0, 2)): (0.0, 5e-324, silu)}
-#: Digits at which mpmath resolves every entry of MPMATH_MISROUNDED (1330 bits).
+#: Digits at which mpmath sees the true value of silu(2^-1074) without any widening (1330 bits).
 RESOLVING_DPS = 400
 
 
@@ -47,14 +43,22 @@ def test_arb_engine_reproduces_golden_exact_case(name: str) -> None:
         g = np.asarray(got[out], dtype=np.float64)
         assert g.shape == want.shape, out
         differ = g.view(np.int64) != np.asarray(want, dtype=np.float64).view(np.int64)
-        known = {idx for (c, o, idx) in MPMATH_MISROUNDED if c == name and o == out}
-        where = {tuple(int(i) for i in ix) for ix in np.argwhere(differ)}
-        assert where == known, f"{name}:{out}: bits differ at {sorted(where)[:5]}"
-        for idx in known:
-            golden, z, fn = MPMATH_MISROUNDED[(name, out, idx)]
-            assert want[idx] == golden and case.inputs["z"][idx] == z
-            with mpmath.workdps(RESOLVING_DPS):
-                truth = round_mpf(fn(mpf_exact(z)))
-            with mpmath.workdps(50):
-                assert round_mpf(fn(mpf_exact(z))) == golden  # the golden value is what dps 50 gives
-            assert g[idx] == truth != golden
+        where = [tuple(int(i) for i in ix) for ix in np.argwhere(differ)]
+        assert where == [], f"{name}:{out}: bits differ at {where[:5]}"
+
+
+def test_mpmath_silu_resolves_the_subnormal_tie() -> None:
+    """silu(+-2^-1074) lies just beside the float64 tie 2^-1075: true values 2^-1074 and -0.0.
+
+    The naive formula at dps 50 lands exactly on the tie (1 + e^{-z} rounds to 2) and rounds to 0.0;
+    the truth is taken from a 400-digit evaluation of that same naive formula (no widening needed there)."""
+    z = 5e-324
+    with mpmath.workdps(RESOLVING_DPS):
+        truth = round_mpf(mpf_exact(z) / (1 + mpmath.exp(-mpf_exact(z))))
+        truth_neg = round_mpf(-mpf_exact(z) / (1 + mpmath.exp(mpf_exact(z))))
+    with mpmath.workdps(50):
+        naive = round_mpf(mpf_exact(z) / (1 + mpmath.exp(-mpf_exact(z))))
+        got, got_neg = round_mpf(silu(mpf_exact(z))), round_mpf(silu(mpf_exact(-z)))
+    assert truth == 5e-324 and naive == 0.0  # the negative control: the naive formula misrounds
+    assert got == truth
+    assert got_neg == truth_neg == 0.0 and np.signbit(got_neg)

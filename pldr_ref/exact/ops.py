@@ -18,19 +18,29 @@ ONE = mpf(1)
 
 
 # ----------------------------------------------------------------------------- activations
+def _logistic_denominator_prec(z: mpf) -> int:
+    """Working bits for 1 + e^{-z}: for tiny |z| the value is 2 - z + ..., so resolving its deviation from 2
+    (which decides float64 rounding near a tie such as silu(2^-1074) = 2^-1075 (1 + 2^-1076 + ...)) needs
+    about -log2|z| bits beyond the working precision."""
+    return mpmath.mp.prec + (2 * max(0, -int(mpmath.mag(z))) if z else 0)
+
+
 def sigmoid(z: mpf) -> mpf:
     """sigma(z) = 1 / (1 + e^{-z}) (spec §1)."""
-    return ONE / (ONE + mpmath.exp(-z))
+    with mpmath.workprec(_logistic_denominator_prec(z)):
+        return ONE / (ONE + mpmath.exp(-z))
 
 
 def silu(z: mpf) -> mpf:
     """silu(z) = z sigma(z) (spec §1)."""
-    return z / (ONE + mpmath.exp(-z))
+    with mpmath.workprec(_logistic_denominator_prec(z)):
+        return z / (ONE + mpmath.exp(-z))
 
 
 def iswiglu(z: mpf) -> mpf:
     """iSwiGLU(z) = z^2 sigma(z) >= 0 (paper Definition 3.1); exact also in the z -> -inf tail."""
-    return z * z / (ONE + mpmath.exp(-z))
+    with mpmath.workprec(_logistic_denominator_prec(z)):
+        return z * z / (ONE + mpmath.exp(-z))
 
 
 def hadamard_power(base: mpf, power: mpf) -> mpf:
