@@ -69,9 +69,22 @@ def _point(x: float) -> iv.mpf:
     return iv.mpf(mpf_exact(x))
 
 
+def _widen(x: mpmath.mpf, direction: int, prec: int) -> mpmath.mpf:
+    """x moved outward by one unit at ``prec`` bits (exactly, no rounding)."""
+    if not x:
+        return x
+    return mpmath.fadd(x, direction * mpmath.ldexp(1, int(mpmath.mag(x)) - prec), exact=True)
+
+
 def _enclosure(v: iv.mpf) -> Enclosure:
+    """The interval widened outward by one unit at the interval precision.
+
+    mpmath's interval functions are not always outward-rounded at the last bit: at 50 digits
+    ``iv.exp(5.9e-56)`` returns [1, 1], which excludes the true value 1 + 5.9e-56.  One unit of outward
+    widening restores containment for such last-bit lapses and costs nothing measurable in width.
+    """
     lo, hi = v._mpi_
-    return Enclosure(mpmath.mp.make_mpf(lo), mpmath.mp.make_mpf(hi))
+    return Enclosure(_widen(mpmath.mp.make_mpf(lo), -1, iv.prec), _widen(mpmath.mp.make_mpf(hi), 1, iv.prec))
 
 
 def iswiglu(z: float, *, dps: int = 50) -> Enclosure:
