@@ -31,6 +31,14 @@ class Stage:
     per_layer: bool = True
 
 
+#: Structure checked exactly by the harness before the numeric stages (not trace entries of the golden cases):
+#: positions and the causal + padding mask of a model call.  A mask off by one, or ignored, fails at any precision.
+STRUCTURE_STAGES: tuple[Stage, ...] = (
+    Stage("sequence_mask", model.sequence_mask, ("positions", "mask"),
+          "positions = start_pos + [0..S); M[b,0,i,j] = j > i or key j padding (exact)", "spec §7.1-§7.2",
+          per_layer=False),
+)
+
 FORWARD_STAGES: tuple[Stage, ...] = (
     Stage("embedding", model.embed, ("embed",), "X0 = E[x] * sqrt(d)", "spec §2.1", per_layer=False),
     Stage("input_norm", norms.layer_norm, ("x0",), "X0 <- LN(X0), eps = 1e-6", "spec §2.2", "LayerNorm",
@@ -92,5 +100,5 @@ def stage_of_output(trace_name: str) -> Stage:
         if leaf in stage.outputs:
             return stage
     if leaf == "x":
-        return FORWARD_STAGES[1]
+        return next(s for s in FORWARD_STAGES if s.name == "input_norm")
     raise KeyError(f"no stage produces trace entry {trace_name!r}")

@@ -6,10 +6,12 @@ Written from the spec (``equations.md`` §2, §7, §8, §11-§12), not by callin
 NumPy reference: every equation is re-implemented with torch operations.  Only data plumbing
 is shared (parameter names of :func:`pldr_ref.params.param_shapes`, the case format).
 
-* dtypes: float64, float32, bfloat16, float16 (parameters and inputs are rounded to the dtype;
-  every op runs in it, except that the softmax of bfloat16/float16 runs in float32 as HF eager
-  does, A_LM and A_P of float16 run in float32 (float16 cannot hold eps_adj = 1e-9), and the RoPE
-  angle table is built in float64 for ``rope_precision="exact"``);
+* dtypes: float64 and float32 (parameters and inputs rounded to the dtype, every op in it; the RoPE
+  angle table in float64 for ``rope_precision="exact"``); bfloat16 and float16 in the mixed-precision
+  style of real GPU code (torch autocast): parameters and inputs stored in the 16-bit dtype, every
+  matrix product takes 16-bit inputs, accumulates in float32 and returns its result rounded to the
+  16-bit dtype, every elementwise op (LayerNorm, RoPE, softmax, PLGA powers, residuals) runs in float32
+  (:meth:`TorchBackend.matmul`);
 * device: ``TorchBackend(device=...)``, else ``$PLDR_REF_TORCH_DEVICE``, else CUDA when present,
   else CPU;
 * every switch of :class:`~pldr_ref.config.PLDRConfig` (RoPE layouts and precisions, mask
@@ -51,8 +53,8 @@ SCORING_KINDS = ("scoring_blockwise", "scoring_blockwise_hf", "scoring_sequentia
 HF_IGNORE_INDEX = -100
 
 STAGE_NAMES = (
-    "embedding", "input_norm", "qkv_projection", "rope", "density_operator", "metric_learner", "metric_tensor",
-    "potential_tensor", "energy_curvature", "attention_scores", "masked_softmax", "value_mix", "output_projection",
+    "sequence_mask", "embedding", "input_norm", "qkv_projection", "rope", "density_operator", "metric_learner",
+    "metric_tensor", "potential_tensor", "energy_curvature", "attention_scores", "masked_softmax", "value_mix", "output_projection",
     "post_attention_norm", "ffn", "post_ffn_norm", "lm_head",
 )
 
@@ -105,6 +107,7 @@ class TorchBackend:
         if threads:
             torch.set_num_threads(int(threads))
         self._params_cache: dict[tuple[int, str], tuple[Params, dict[str, Any]]] = {}
+        self._mm: Any = None  # the 16-bit storage / matmul-input dtype of the current call (None: no mixing)
 
     # ------------------------------------------------------------------ protocol
     def capabilities(self) -> Capabilities:
@@ -150,7 +153,14 @@ class TorchBackend:
             return self.tensor(i[name], dt)
 
         s = request.stage
-        if s == "embedding":
+        if s == "sequence_mask":
+            ids = self.tensor(i["token_ids"])
+            start = int(i["start_pos"]) if "start_pos" in i else 0
+            positions = self.torch.arange(start, start + ids.shape[1], device=self.device)
+            pad = self.key_padding(ids, c, i.get("attention_mask"), bool(i["pad_masking"]) if "pad_masking" in i
+                                   else True)
+            out = {"positions": positions, "mask": self.causal_padding_mask(positions, positions, pad)}
+        elif s == "embedding":
             out = {"embed": self.embed(P, c, self.tensor(i["token_ids"]))}
         elif s == "input_norm":
             out = {"x0": self.layer_norm(t("embed"), P["decoder.layernorm1.weight"], P["decoder.layernorm1.bias"],
@@ -201,22 +211,52 @@ class TorchBackend:
 
     # ------------------------------------------------------------------ data plumbing
     def dtype(self, name: str) -> Any:
-        """torch dtype of a harness dtype name."""
-        table = {"float64": self.torch.float64, "float32": self.torch.float32, "bfloat16": self.torch.bfloat16,
-                 "float16": self.torch.float16}
+        """torch compute dtype of a harness dtype name (float32 for bfloat16 / float16, whose 16-bit dtype becomes
+        the storage and matmul-input dtype of the call, :meth:`matmul`)."""
+        torch = self.torch
+        table = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16,
+                 "float16": torch.float16}
         if name not in table:
             raise Unsupported(f"dtype {name!r} is not supported by the torch backend")
-        return table[name]
+        self._mm = table[name] if name in ("bfloat16", "float16") else None
+        return torch.float32 if self._mm is not None else table[name]
+
+    def storage_dtype(self, dt: Any) -> Any:
+        """The dtype values are stored in: the 16-bit dtype of a mixed-precision call, else ``dt``."""
+        return self._mm if self._mm is not None else dt
 
     def tensor(self, arr: Any, dt: Any = None) -> Any:
-        """NumPy array -> torch tensor on the device; floats go to ``dt`` (rounded), ints to int64, bools stay."""
+        """NumPy array -> torch tensor on the device; floats go to ``dt`` (rounded through the 16-bit storage dtype
+        in a mixed-precision call), ints to int64, bools stay (always a private copy)."""
         a = np.asarray(arr)
         if a.dtype == np.bool_:
-            return self.torch.as_tensor(a, device=self.device)
+            return self.torch.as_tensor(np.array(a, copy=True), device=self.device)
         if np.issubdtype(a.dtype, np.integer):
             return self.torch.as_tensor(a.astype(np.int64), device=self.device)
         t = self.torch.as_tensor(a.astype(np.float64), device=self.device)
-        return t if dt is None else t.to(dt)
+        if dt is None:
+            return t
+        if self._mm is not None:
+            return self.storage_round(t).to(dt)
+        return t.to(dt)
+
+    def storage_round(self, t: Any) -> Any:
+        """``t`` rounded to the 16-bit storage dtype, except values that dtype cannot hold as normal numbers
+        (eps_adj-sized A_LM, huge A_P in float16), which stay float32 as in real mixed-precision code."""
+        torch = self.torch
+        info = torch.finfo(self._mm)
+        low = t.to(self._mm).to(torch.float32)
+        mag = t.abs()
+        outside = torch.isfinite(t) & ((mag > info.max) | ((mag > 0) & (mag < info.tiny)))
+        return torch.where(outside, t.to(torch.float32), low)
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        """a @ b; in a mixed-precision call both inputs are rounded to the 16-bit dtype, the products are
+        accumulated in float32 and the result is rounded to the 16-bit dtype (autocast semantics)."""
+        torch = self.torch
+        if self._mm is None:
+            return torch.matmul(a, b)
+        return self.storage_round(torch.matmul(self.storage_round(a), self.storage_round(b)))
 
     def numpy_dict(self, out: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """torch tensors -> NumPy float64 (bool stays bool); exact widening of every dtype."""
@@ -225,12 +265,17 @@ class TorchBackend:
             if v is None:
                 continue
             v = v.detach().to("cpu")
-            res[k] = v.numpy() if v.dtype == self.torch.bool else v.to(self.torch.float64).numpy()
+            if v.dtype == self.torch.bool:
+                res[k] = v.numpy()
+            elif not v.dtype.is_floating_point:
+                res[k] = v.to(self.torch.int64).numpy()
+            else:
+                res[k] = v.to(self.torch.float64).numpy()
         return res
 
     def params(self, params: Params, dt: Any) -> dict[str, Any]:
         """Every parameter as a torch tensor in ``dt`` (cached per Params object and dtype)."""
-        key = (id(params), str(dt))
+        key = (id(params), f"{dt}/{self._mm}")
         hit = self._params_cache.get(key)
         if hit is not None and hit[0] is params:
             return hit[1]
@@ -243,7 +288,7 @@ class TorchBackend:
     # ------------------------------------------------------------------ building blocks
     def linear(self, x: Any, w: Any, b: Any | None) -> Any:
         """y = x W^T + b (W is [out, in])."""
-        y = self.torch.matmul(x, w.transpose(0, 1))
+        y = self.matmul(x, w.transpose(0, 1))
         return y if b is None else y + b
 
     def sigmoid(self, z: Any) -> Any:
@@ -338,7 +383,7 @@ class TorchBackend:
     # ------------------------------------------------------------------ density operator, metric learner
     def density(self, q_rot: Any) -> Any:
         """A0 = Q~^T Q~ per (batch, head), symmetrised: [B, H, S, d_k] -> [B, H, d_k, d_k]."""
-        a0 = self.torch.matmul(q_rot.transpose(-1, -2), q_rot)
+        a0 = self.matmul(q_rot.transpose(-1, -2), q_rot)
         return 0.5 * (a0 + a0.transpose(-1, -2))
 
     def cumulative_density(self, q_rot: Any) -> Any:
@@ -393,7 +438,7 @@ class TorchBackend:
 
     def metric_tensor(self, a: Any, W: Any, b: Any, eps_adj: float) -> Any:
         """A_LM = iSwiGLU(W A + b) + eps_adj (W A: matrix product per head); in :meth:`plga_dtype`."""
-        z = self.torch.matmul(self.per_head(W, a), a) + self.per_head(b, a)
+        z = self.matmul(self.per_head(W, a), a) + self.per_head(b, a)
         return self.iswiglu(z.to(self.plga_dtype(z.dtype))) + eps_adj
 
     def potential_tensor(self, a_lm: Any, P: Any) -> Any:
@@ -403,16 +448,15 @@ class TorchBackend:
 
     def energy_curvature(self, a_p: Any, a: Any, b_a: Any) -> Any:
         """G_LM = a A_P + b_a (a A_P: matrix product per head), returned in the parameters' dtype."""
-        g = self.torch.matmul(self.per_head(a, a_p).to(a_p.dtype), a_p) + self.per_head(b_a, a_p).to(a_p.dtype)
+        g = self.matmul(self.per_head(a, a_p).to(a_p.dtype), a_p) + self.per_head(b_a, a_p).to(a_p.dtype)
         return g.to(a.dtype)
 
     # ------------------------------------------------------------------ attention
     def attention_scores(self, q_rot: Any, g_lm: Any, k_rot: Any) -> Any:
         """Sc = (Q~ G) K~^T / sqrt(d_k); G per head [B|1, H, d, d] or per row [B, H, S, d, d]."""
-        torch = self.torch
         # one operator per head, or (cumulative Gram) one per query row
-        qg = torch.matmul(q_rot[..., None, :], g_lm)[..., 0, :] if g_lm.dim() == 5 else torch.matmul(q_rot, g_lm)
-        return torch.matmul(qg, k_rot.transpose(-1, -2)) / math.sqrt(q_rot.shape[-1])
+        qg = self.matmul(q_rot[..., None, :], g_lm)[..., 0, :] if g_lm.dim() == 5 else self.matmul(q_rot, g_lm)
+        return self.matmul(qg, k_rot.transpose(-1, -2)) / math.sqrt(q_rot.shape[-1])
 
     def mask_constant(self, config: Any, dt: Any) -> float:
         """The additive mask constant in the compute dtype, clamped to its finite range so that it never
@@ -447,7 +491,7 @@ class TorchBackend:
 
     def mix_values(self, e: Any, v: Any) -> Any:
         """Z = E V per head."""
-        return self.torch.matmul(e, v)
+        return self.matmul(e, v)
 
     def causal_padding_mask(self, query_positions: Any, key_positions: Any, key_padding: Any | None) -> Any:
         """M[b, 0, i, j] = key position > query position, or key j is padding (True = forbidden)."""

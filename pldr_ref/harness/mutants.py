@@ -96,8 +96,9 @@ class Float16MaskOverflowMutant(TorchBackend):
     def apply_mask(self, scores: Any, mask: Any | None, config: Any) -> Any:
         if mask is None or config.mask_mode != "additive":
             return super().apply_mask(scores, mask, config)
-        c = self.torch.tensor(config.mask_value, dtype=scores.dtype, device=scores.device)
-        return scores + c * mask.to(scores.dtype)
+        dt = self.storage_dtype(scores.dtype)  # the constant held in the 16-bit storage dtype
+        c = self.torch.tensor(config.mask_value, dtype=dt, device=scores.device)
+        return (scores.to(dt) + c * mask.to(dt)).to(scores.dtype)
 
 
 class GCacheIgnoredMutant(TorchBackend):
