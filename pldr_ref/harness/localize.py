@@ -333,6 +333,36 @@ def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
     return results
 
 
+def unrepresentable_stage(case: Any, dtype: str) -> str | None:
+    """The first isolated stage of ``case`` (forward order) that ``dtype`` cannot represent at all: its naive
+    run from the golden upstream values is itself off by more than the not-judgeable thresholds (relative RMS
+    above ``MAX_ALLOWANCE_FRACTION`` or max error above ``MAX_ABS_FRACTION`` of the scale), e.g. the fully
+    masked rows of an additive -1e9 mask, where float32 absorbs the scores.  None if every stage is
+    representable (or the case has no isolatable stage, or dtype is float64)."""
+    from pldr_ref.harness.tolerance import MAX_ABS_FRACTION, MAX_ALLOWANCE_FRACTION
+
+    if dtype == "float64":
+        return None
+    params_cache: dict = {}
+    for stage, layer, inputs, golden in stage_plan(case):
+        naive = naive_stage(case, stage, layer, inputs, dtype, params_cache)
+        if naive is None:
+            continue
+        for leaf, want in golden.items():
+            if leaf not in naive or np.asarray(want).dtype.kind != "f":
+                continue
+            st = naive_stats(want, round_to(dtype, naive[leaf]))
+            g = np.asarray(want, dtype=np.float64)
+            fin = np.isfinite(g)
+            scale = float(np.max(np.abs(g[fin]))) if fin.any() else 0.0
+            if st.max_abs is None or (scale > 0 and (st.rms_rel > MAX_ALLOWANCE_FRACTION
+                                                     or st.max_abs > MAX_ABS_FRACTION * scale)):
+                where = stage if layer is None else f"layers.{layer}.{stage}"
+                err = "non-finite" if st.max_abs is None else f"relative RMS {st.rms_rel:.1%}"
+                return f"{where} (output {leaf}: naive {dtype} error from golden upstream values {err})"
+    return None
+
+
 def first_failing_stage(stages: list[StageResult]) -> StageResult | None:
     """The first stage (forward order) whose isolated run failed or crashed."""
     return next((s for s in stages if s.status in ("fail", "error")), None)

@@ -30,6 +30,7 @@ from pldr_ref.harness.localize import (
     isolate_stages,
     judge,
     read_only,
+    unrepresentable_stage,
 )
 from pldr_ref.harness.protocol import CaseTimeout, Unsupported, primary_outputs, unsupported_reason
 from pldr_ref.harness.tolerance import case_baselines, output_allowance
@@ -171,18 +172,19 @@ def covered(output: OutputResult, stages: list[StageResult]) -> bool:
 
 
 def case_status(outputs: Iterable[OutputResult], stages: Iterable[StageResult], primary: Iterable[str]) -> str:
-    """fail if any output or isolated stage fails; else not_judgeable if an output is not judgeable and not
-    :func:`covered`; else pass if a primary output (the logits, the layer output or an op's result) was
-    judged and passed, or is covered; else not_applicable."""
+    """fail if any output or isolated stage fails; else not_judgeable if a primary output (the logits of every
+    call, the layer output, a score) is not judgeable and not :func:`covered`; else pass if a primary output
+    was judged and passed, or is covered; else not_applicable.  A not-judgeable intermediate is reported as
+    such (never as a pass) but the verdict rests on the primary outputs."""
     outputs = list(outputs)
     stages = list(stages)
+    wanted = set(primary)
     out_status = {o.status for o in outputs}
     stage_status = {s.status for s in stages}
     if out_status & {"fail", "missing"} or stage_status & {"fail", "error"}:
         return "fail"
-    if any(o.status == "not_judgeable" and not covered(o, stages) for o in outputs):
+    if any(o.status == "not_judgeable" and o.name in wanted and not covered(o, stages) for o in outputs):
         return "not_judgeable"
-    wanted = set(primary)
     if any(o.name in wanted and (o.status == "pass" or (o.status == "not_judgeable" and covered(o, stages)))
            for o in outputs):
         return "pass"
@@ -289,14 +291,20 @@ def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, 
     except BaseException as exc:  # a crash or exit of the backend is a verdict (SystemExit included)
         return done("error", f"{type(exc).__name__}: {exc}", stages=stages)
     status = case_status(outputs, stages, primary_outputs(case))
+    if status == "not_judgeable":
+        bad_stage = unrepresentable_stage(case, dtype)
+        if bad_stage is not None:
+            return done("not_applicable", f"{dtype} cannot represent stage {bad_stage}: the case is judged in "
+                                          "float64 only (NaN/inf outputs still fail)", outputs, stages)
     first = describe_first_failure(outputs, stages) if status == "fail" else None
     if status == "fail":
         where = first["stage"] or first["output"] or "?"
         reason = f"first failure at stage {where}" + (f" (layer {first['layer']})" if first["layer"] is not None
                                                      else "")
     elif status == "not_judgeable":
-        bad = [o for o in outputs if o.status == "not_judgeable" and not covered(o, stages)]
-        reason = (f"{len(bad)} output(s) not judgeable in {dtype} and not covered by passing isolated stages "
+        wanted = set(primary_outputs(case))
+        bad = [o for o in outputs if o.status == "not_judgeable" and o.name in wanted and not covered(o, stages)]
+        reason = (f"{len(bad)} primary output(s) not judgeable in {dtype} and not covered by passing isolated stages "
                   f"(first: {bad[0].name}: {bad[0].note})")
     elif status == "not_applicable":
         reason = "the primary outputs could not be judged in this dtype (see the outputs' notes)"
