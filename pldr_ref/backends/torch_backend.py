@@ -54,8 +54,8 @@ HF_IGNORE_INDEX = -100
 
 STAGE_NAMES = (
     "sequence_mask", "embedding", "input_norm", "qkv_projection", "rope", "density_operator", "metric_learner",
-    "metric_tensor", "potential_tensor", "energy_curvature", "attention_scores", "masked_softmax", "value_mix", "output_projection",
-    "post_attention_norm", "ffn", "post_ffn_norm", "lm_head",
+    "metric_tensor", "potential_tensor", "energy_curvature", "attention_scores", "masked_softmax", "value_mix",
+    "output_projection", "post_attention_norm", "ffn", "post_ffn_norm", "lm_head",
 )
 
 #: Number of (parameters, dtype) conversions kept on the device.
@@ -156,7 +156,7 @@ class TorchBackend:
         if s == "sequence_mask":
             ids = self.tensor(i["token_ids"])
             start = int(i["start_pos"]) if "start_pos" in i else 0
-            positions = self.torch.arange(start, start + ids.shape[1], device=self.device)
+            positions = self.call_positions(start, ids.shape[1])
             pad = self.key_padding(ids, c, i.get("attention_mask"), bool(i["pad_masking"]) if "pad_masking" in i
                                    else True)
             out = {"positions": positions, "mask": self.causal_padding_mask(positions, positions, pad)}
@@ -196,12 +196,12 @@ class TorchBackend:
         elif s == "output_projection":
             out = {"attn_out": self.linear(t("ctx"), P[f"{pre}mha1.dense.weight"], P.get(f"{pre}mha1.dense.bias"))}
         elif s == "post_attention_norm":
-            out = {"out1": self.layer_norm(t("attn_out") + t("x"), P[f"{pre}layernorm1.weight"],
+            out = {"out1": self.layer_norm(self.residual(t("attn_out"), t("x")), P[f"{pre}layernorm1.weight"],
                                            P[f"{pre}layernorm1.bias"], c.eps_ln)}
         elif s == "ffn":
             out = {"ffn_out": self.glu(t("out1"), P, f"{pre}ffn.")}
         elif s == "post_ffn_norm":
-            out = {"out2": self.layer_norm(t("ffn_out") + t("out1"), P[f"{pre}layernorm2.weight"],
+            out = {"out2": self.layer_norm(self.residual(t("ffn_out"), t("out1")), P[f"{pre}layernorm2.weight"],
                                            P[f"{pre}layernorm2.bias"], c.eps_ln)}
         elif s == "lm_head":
             out = {"logits": self.lm_head(P, t("hidden"))}
@@ -376,6 +376,10 @@ class TorchBackend:
         y2 = x2 * cos + x1 * sin
         return self.rope_unpairs(y1, y2, config.rope_layout).to(dt)
 
+    def call_positions(self, start_pos: int, num: int) -> Any:
+        """Absolute positions of the rows of an uncached call: start_pos .. start_pos + S - 1."""
+        return self.torch.arange(start_pos, start_pos + num, device=self.device)
+
     def cached_positions(self, cache_length: int, num_new: int) -> Any:
         """Absolute positions of the new rows of a cached step: cache_length .. cache_length + S - 1."""
         return self.torch.arange(cache_length, cache_length + num_new, device=self.device)
@@ -502,6 +506,14 @@ class TorchBackend:
         return mask
 
     # ------------------------------------------------------------------ layer and model
+    def residual(self, y: Any, x: Any) -> Any:
+        """The residual sum y + x before a post-norm."""
+        return y + x
+
+    def value_rows(self, v: Any, positions: Any, config: Any) -> Any:
+        """The values V as projected (no rotation: RoPE acts on queries and keys only)."""
+        return v
+
     def frozen_g(self, g_cache: list[tuple[Any, Any, Any]] | None, layer: int,
                  cached_step: bool) -> tuple[Any, Any, Any] | None:
         """The G-cache entry (A_LM, A_P, G_LM) a call uses for ``layer`` (None without a G cache).
@@ -523,7 +535,7 @@ class TorchBackend:
         h = c.num_heads
         q = self.split_heads(self.linear(x, P[f"{m}wq.weight"], P.get(f"{m}wq.bias")), h)
         k = self.split_heads(self.linear(x, P[f"{m}wk.weight"], P.get(f"{m}wk.bias")), h)
-        v = self.split_heads(self.linear(x, P[f"{m}wv.weight"], P.get(f"{m}wv.bias")), h)
+        v = self.value_rows(self.split_heads(self.linear(x, P[f"{m}wv.weight"], P.get(f"{m}wv.bias")), h), positions, c)
         q_rot = self.rope(q, positions, c)
         k_rot = k_new = self.rope(k, positions, c)
         if past_k is not None:
@@ -551,9 +563,11 @@ class TorchBackend:
         e = self.softmax(self.apply_mask(scores, mask, c))
         ctx = self.merge_heads(self.mix_values(e, v))
         attn_out = self.linear(ctx, P[f"{m}dense.weight"], P.get(f"{m}dense.bias"))
-        out1 = self.layer_norm(attn_out + x, P[f"{pre}layernorm1.weight"], P[f"{pre}layernorm1.bias"], c.eps_ln)
+        out1 = self.layer_norm(self.residual(attn_out, x), P[f"{pre}layernorm1.weight"], P[f"{pre}layernorm1.bias"],
+                               c.eps_ln)
         ffn_out = self.glu(out1, P, f"{pre}ffn.")
-        out2 = self.layer_norm(ffn_out + out1, P[f"{pre}layernorm2.weight"], P[f"{pre}layernorm2.bias"], c.eps_ln)
+        out2 = self.layer_norm(self.residual(ffn_out, out1), P[f"{pre}layernorm2.weight"], P[f"{pre}layernorm2.bias"],
+                               c.eps_ln)
         values = (x, q, k, q_rot, k_rot, v, a0, a, a_lm, a_p, g_lm, scores, e, ctx, attn_out, out1, ffn_out, out2)
         return {n: t for n, t in zip(LAYER_ENTRIES, values, strict=True) if t is not None}
 
@@ -603,7 +617,7 @@ class TorchBackend:
         s = ids.shape[1]
         cumulative = c.gram_mode == "cumulative"
         if kv is None:
-            positions = torch.arange(start_pos, start_pos + s, device=self.device)
+            positions = self.call_positions(start_pos, s)
         else:
             positions = self.cached_positions(int(kv["layers"][0]["k_rot"].shape[2]), s)
         pad = self.key_padding(ids, c, attention_mask, pad_masking)
