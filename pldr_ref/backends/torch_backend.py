@@ -236,7 +236,7 @@ class TorchBackend:
         t = self.torch.as_tensor(a.astype(np.float64), device=self.device)
         if dt is None:
             return t
-        if self._mm is not None:
+        if self._mm is not None and dt == self.torch.float32:
             return self.storage_round(t).to(dt)
         return t.to(dt)
 
@@ -254,7 +254,7 @@ class TorchBackend:
         """a @ b; in a mixed-precision call both inputs are rounded to the 16-bit dtype, the products are
         accumulated in float32 and the result is rounded to the 16-bit dtype (autocast semantics)."""
         torch = self.torch
-        if self._mm is None:
+        if self._mm is None or a.dtype != torch.float32:  # a float64 / pure 16-bit call: no mixing
             return torch.matmul(a, b)
         return self.storage_round(torch.matmul(self.storage_round(a), self.storage_round(b)))
 
@@ -275,7 +275,7 @@ class TorchBackend:
 
     def params(self, params: Params, dt: Any) -> dict[str, Any]:
         """Every parameter as a torch tensor in ``dt`` (cached per Params object and dtype)."""
-        key = (id(params), f"{dt}/{self._mm}")
+        key = (id(params), f"{dt}/{self._mm if dt == self.torch.float32 else None}")
         hit = self._params_cache.get(key)
         if hit is not None and hit[0] is params:
             return hit[1]
