@@ -36,27 +36,18 @@ import numpy as np
 
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
 from pldr_ref.params import FIXED_G_KEY, Params
+from pldr_ref.registry import ALL_STAGES, op_kinds
 
 #: Every op kind of the fixture suite that this backend runs (plus ``decoder_layer``, ``forward``).
-OP_KINDS = (
-    "sigmoid", "silu", "iswiglu", "layer_norm", "linear", "glu", "apply_rope", "density_operator",
-    "cumulative_density_operator", "residual_unit", "metric_learner_v500", "metric_learner_v900", "metric_tensor",
-    "potential_tensor", "energy_curvature", "attention_scores", "causal_padding_mask", "apply_mask",
-    "masked_softmax", "mix_values", "embedding", "lm_head", "metric_learner",
-)
+OP_KINDS = op_kinds("op")
 
 #: The scoring semantics of paper §4.5 (fixture kinds).
-SCORING_KINDS = ("scoring_blockwise", "scoring_blockwise_hf", "scoring_sequential", "scoring_one_pass",
-                 "scoring_prompt_frozen")
+SCORING_KINDS = op_kinds("scoring")
 
 #: HF cross-entropy ignore label.
 HF_IGNORE_INDEX = -100
 
-STAGE_NAMES = (
-    "sequence_mask", "embedding", "input_norm", "qkv_projection", "rope", "density_operator", "metric_learner",
-    "metric_tensor", "potential_tensor", "energy_curvature", "attention_scores", "masked_softmax", "value_mix",
-    "output_projection", "post_attention_norm", "ffn", "post_ffn_norm", "lm_head",
-)
+STAGE_NAMES = tuple(s.name for s in ALL_STAGES)
 
 #: Number of (parameters, dtype) conversions kept on the device.
 PARAMS_CACHE_SIZE = 4

@@ -142,14 +142,14 @@ def load_suite(root: Path, groups: list[str] | None, pattern: str | None) -> lis
 def backend_problems(backend: Any) -> list[str]:
     """Declared kinds and stages the harness does not know (a typo makes a backend support nothing)."""
     from pldr_ref.fixtures.runners import RUNNERS
-    from pldr_ref.stages import FORWARD_STAGES, STRUCTURE_STAGES
+    from pldr_ref.registry import ALL_STAGES
 
     caps = backend.capabilities()
     out = []
     bad = sorted(set(caps.kinds) - set(RUNNERS))
     if bad:
         out.append(f"the backend declares unknown case kind(s) {bad} (known: {', '.join(sorted(RUNNERS))})")
-    known_stages = {s.name for s in (*STRUCTURE_STAGES, *FORWARD_STAGES)}
+    known_stages = {s.name for s in ALL_STAGES}
     bad = sorted(set(caps.stages) - known_stages)
     if bad:
         out.append(f"the backend declares unknown stage(s) {bad} (known: {', '.join(sorted(known_stages))})")

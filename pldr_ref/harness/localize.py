@@ -34,30 +34,12 @@ from pldr_ref.harness.tolerance import (
 )
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import Params
+from pldr_ref.registry import ALL_STAGES
 from pldr_ref.stages import FORWARD_STAGES
 
 #: Upstream golden values each stage is guaranteed to receive (leaf names; ``mask`` is added when
-#: the case has one, ``gram_offset`` for a cumulative Gram with cached rows).
-STAGE_INPUTS: dict[str, tuple[str, ...]] = {
-    "sequence_mask": ("token_ids",),
-    "embedding": ("token_ids",),
-    "input_norm": ("embed",),
-    "qkv_projection": ("x",),
-    "rope": ("q", "k", "positions"),
-    "density_operator": ("q_rot",),
-    "metric_learner": ("A0",),
-    "metric_tensor": ("A",),
-    "potential_tensor": ("A_LM",),
-    "energy_curvature": ("A_P",),
-    "attention_scores": ("q_rot", "G_LM", "k_rot"),
-    "masked_softmax": ("scores",),
-    "value_mix": ("E", "v"),
-    "output_projection": ("ctx",),
-    "post_attention_norm": ("attn_out", "x"),
-    "ffn": ("out1",),
-    "post_ffn_norm": ("ffn_out", "out1"),
-    "lm_head": ("hidden",),
-}
+#: the case has one, ``gram_offset`` for a cumulative Gram with cached rows) -- from :mod:`pldr_ref.registry`.
+STAGE_INPUTS: dict[str, tuple[str, ...]] = {s.name: s.inputs for s in ALL_STAGES}
 
 #: Stages skipped when a layer case freezes their output through a cache input.
 FROZEN_BY = {"frozen_G_LM": ("metric_tensor", "potential_tensor", "energy_curvature"),

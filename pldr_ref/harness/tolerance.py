@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.harness.compare import machine_epsilon, numpy_dtype
+from pldr_ref.registry import op_kinds
 
 #: Max test, bfloat16 and float16: allowance = K_HALF x the naive run's max error (+ floor).
 K_HALF = 8.0
@@ -87,12 +88,9 @@ RULE_EXACT = "exact match"
 RULE_NOT_APPLICABLE = "not applicable"
 RULE_NOT_JUDGEABLE = "not judgeable"
 
-#: Kinds made of one stage: an allowance above MAX_ALLOWANCE_FRACTION makes them not_applicable.
-SINGLE_STAGE_KINDS = ("sigmoid", "silu", "iswiglu", "layer_norm", "linear", "glu", "apply_rope", "density_operator",
-                      "cumulative_density_operator", "metric_tensor", "potential_tensor", "energy_curvature",
-                      "attention_scores", "causal_padding_mask", "apply_mask", "masked_softmax", "mix_values",
-                      "embedding", "lm_head", "residual_unit", "metric_learner_v500", "metric_learner_v900",
-                      "metric_learner")
+#: Kinds made of one stage: an allowance above MAX_ALLOWANCE_FRACTION makes them not_applicable
+#: (the ``op`` category of :mod:`pldr_ref.registry`).
+SINGLE_STAGE_KINDS = op_kinds("op")
 
 
 @dataclasses.dataclass(frozen=True)
