@@ -197,3 +197,32 @@ def test_failing_scoring_case_writes_table_json_junit(tmp_path, backends, capsys
     assert {r["first_failure"]["stage"] for r in fails} == {"scoring_blockwise", "scoring_blockwise_hf",
                                                             "scoring_one_pass"}
     assert len(junit.findall(".//failure")) == 3
+
+
+def _whole_suite_mutant_run(tmp_path, name: str, *extra: str) -> None:
+    code, data, junit = run(tmp_path, "--backend", f"pldr_ref.harness.mutants:{name}", "--quiet", *extra)
+    assert code == 1, name
+    assert data["passed"] is False and data["summary"]["fail"] > 0, name
+    assert data["summary"]["total"] == len(data["results"]) and data["results"], name
+    assert junit.find(".//failure") is not None, name
+
+
+@pytest.mark.torch
+def test_whole_suite_cli_run_of_a_mutant_writes_every_report(tmp_path, capsys, monkeypatch):
+    """The whole suite through the CLI (no -k): table, JSON and JUnit, exit 1 -- including the scoring cases
+    whose failure used to crash the table."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("PLDR_REF_TORCH_THREADS", "1")
+    _whole_suite_mutant_run(tmp_path, "NoScaleMutant", "--dtype", "float64")
+    assert "FAILED" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_whole_suite_cli_runs_of_every_mutant_in_every_dtype(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    from pldr_ref.harness.mutants import MUTATIONS
+
+    monkeypatch.setenv("PLDR_REF_TORCH_THREADS", "1")
+    for m in MUTATIONS:
+        _whole_suite_mutant_run(tmp_path, m.backend.__name__)
