@@ -38,7 +38,7 @@ def test_runner_tables_cover_exactly_the_registry_ops():
     assert set(EXACT_RUNNERS) == {op.name for op in registry.OPS if op.exact is not None}
     assert set(EXACT_OPS) == {op.exact for op in registry.OPS if op.exact not in (None, "runner")}
     assert set(SINGLE_STAGE_KINDS) == {op.name for op in registry.OPS if op.category == "op"}
-    assert OP_FUNCTIONS == {op.name: op.function for op in registry.OPS if op.function is not None}
+    assert {op.name: op.function for op in registry.OPS if op.function is not None} == OP_FUNCTIONS
 
 
 def test_every_op_names_an_existing_stage_and_category():
@@ -55,6 +55,6 @@ def test_torch_backend_tables_derive_from_the_registry():
     pytest.importorskip("torch")
     from pldr_ref.backends import torch_backend
 
-    assert torch_backend.STAGE_NAMES == tuple(s.name for s in registry.ALL_STAGES)
-    assert torch_backend.OP_KINDS == registry.op_kinds("op")
-    assert torch_backend.SCORING_KINDS == registry.op_kinds("scoring")
+    assert tuple(s.name for s in registry.ALL_STAGES) == torch_backend.STAGE_NAMES
+    assert registry.op_kinds("op") == torch_backend.OP_KINDS
+    assert registry.op_kinds("scoring") == torch_backend.SCORING_KINDS
