@@ -8,9 +8,11 @@ and exact runner (:mod:`pldr_ref.fixtures.exact_tier`, :mod:`pldr_ref.exact.op_a
 
 Every other table derives from here: ``pldr_ref.stages.FORWARD_STAGES`` / ``STRUCTURE_STAGES`` /
 ``OP_FUNCTIONS``, ``pldr_ref.harness.localize.STAGE_INPUTS``, the torch backend's ``STAGE_NAMES``,
-``OP_KINDS`` and ``SCORING_KINDS``, ``pldr_ref.harness.tolerance.SINGLE_STAGE_KINDS``; the runner
-tables ``RUNNERS``, ``EXACT_RUNNERS`` and ``exact.op_api.OPS`` are checked against it
-(``tests/test_harness_registry.py``).  Adding a stage or an op is one entry here plus its functions.
+``OP_KINDS`` and ``SCORING_KINDS``, ``pldr_ref.harness.tolerance.SINGLE_STAGE_KINDS``, the float64
+runner table ``pldr_ref.fixtures.runners.RUNNERS`` (by runner name) and the exact-tier table
+``pldr_ref.fixtures.exact_tier.EXACT_RUNNERS`` (exact op called with the registry's inputs and arguments);
+``exact.op_api.OPS`` is checked against it (``tests/test_harness_registry.py``).  Adding a stage or an op is
+one entry here plus its functions.
 """
 
 from __future__ import annotations
