@@ -14,6 +14,7 @@ import numpy as np
 
 from pldr_ref.harness.protocol import Unsupported
 from pldr_ref.params import Params
+from pldr_ref.registry import OPS_BY_NAME
 
 #: HF cross-entropy ignore label.
 HF_IGNORE_INDEX = -100
@@ -27,6 +28,16 @@ GENERATION_MODES = {
     "none": (False, False, "none", False, True),
     "hf": (True, True, "causal", False, False),
     "hf-first-G": (True, True, "causal", True, False),
+}
+
+
+#: Op kinds whose torch method takes the op's registry inputs (in order) then its scalar arguments:
+#: kind -> method name.
+DIRECT_OP_METHODS = {
+    "sigmoid": "sigmoid", "silu": "silu", "iswiglu": "iswiglu", "layer_norm": "layer_norm", "linear": "linear",
+    "density_operator": "density", "cumulative_density_operator": "cumulative_density",
+    "metric_tensor": "metric_tensor", "potential_tensor": "potential_tensor", "energy_curvature": "energy_curvature",
+    "attention_scores": "attention_scores", "masked_softmax": "softmax", "mix_values": "mix_values",
 }
 
 
@@ -191,12 +202,10 @@ class TorchCases:
         def opt(name: str) -> Any:
             return t(name) if name in inputs else None
 
-        if kind in ("sigmoid", "silu", "iswiglu"):
-            return {"out": getattr(self, kind)(t("z"))}
-        if kind == "layer_norm":
-            return {"out": self.layer_norm(t("x"), t("gamma"), t("beta"), float(args["eps"]))}
-        if kind == "linear":
-            return {"out": self.linear(t("x"), t("weight"), opt("bias"))}
+        if kind in DIRECT_OP_METHODS:  # the method takes the registry's inputs, then its scalar arguments
+            op = OPS_BY_NAME[kind]
+            values = [opt(n[:-1]) if n.endswith("?") else t(n) for n in op.inputs]
+            return {"out": getattr(self, DIRECT_OP_METHODS[kind])(*values, *(float(args[a]) for a in op.args))}
         if kind == "glu":
             P = {f"gluw{j}.weight": t(f"w{j}") for j in (1, 2, 3)}
             P.update({f"gluw{j}.bias": opt(f"b{j}") for j in (1, 2, 3) if f"b{j}" in inputs})
@@ -204,18 +213,6 @@ class TorchCases:
         if kind == "apply_rope":
             cfg = _RopeConfig(args["layout"], args["precision"], float(args["base"]))
             return {"out": self.rope(t("x"), self.tensor(inputs["positions"]), cfg)}
-        if kind == "density_operator":
-            return {"out": self.density(t("q_rot"))}
-        if kind == "cumulative_density_operator":
-            return {"out": self.cumulative_density(t("q_rot"))}
-        if kind == "metric_tensor":
-            return {"out": self.metric_tensor(t("a"), t("W"), t("b"), float(args["eps_adj"]))}
-        if kind == "potential_tensor":
-            return {"out": self.potential_tensor(t("a_lm"), t("P"))}
-        if kind == "energy_curvature":
-            return {"out": self.energy_curvature(t("a_p"), t("a"), t("b_a"))}
-        if kind == "attention_scores":
-            return {"out": self.attention_scores(t("q_rot"), t("g_lm"), t("k_rot"))}
         if kind == "causal_padding_mask":
             pad = self.tensor(inputs["key_padding"]).bool() if "key_padding" in inputs else None
             return {"out": self.causal_padding_mask(self.tensor(inputs["query_positions"]),
@@ -223,10 +220,6 @@ class TorchCases:
         if kind == "apply_mask":
             cfg = _MaskConfig(args["mode"], float(args["mask_value"]))
             return {"out": self.apply_mask(t("scores"), self.tensor(inputs["mask"]).bool(), cfg)}
-        if kind == "masked_softmax":
-            return {"out": self.softmax(t("logits"))}
-        if kind == "mix_values":
-            return {"out": self.mix_values(t("e"), t("v"))}
         if params is None:
             raise Unsupported(f"op kind {kind!r} needs model parameters")
         c = params.config
