@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the mutants are variants of the torch backend")
 
-from pldr_ref.harness.mutants import MUTATIONS, markdown, run_mutations
+from pldr_ref.harness.mutants import MUTATIONS, TABLE_DTYPES, LogitsOnly, markdown, run_mutations
 
 pytestmark = pytest.mark.torch
 
@@ -23,15 +23,42 @@ def outcomes():
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: one thread avoids pool overhead
     try:
-        yield {o.mutation.backend.__name__: o for o in run_mutations()}
+        yield {o.mutation.backend.__name__: o for o in run_mutations(dtypes=TABLE_DTYPES)}
     finally:
         torch.set_num_threads(before)
 
 
-def test_at_least_eleven_distinct_mutants():
-    assert len(MUTATIONS) >= 11
+def test_at_least_thirty_distinct_mutants_with_logits_only_variants():
+    assert len(MUTATIONS) >= 30
     assert len({m.backend for m in MUTATIONS}) == len(MUTATIONS)
-    assert len({m.expected_stage for m in MUTATIONS}) >= 8
+    assert len({m.expected_stage for m in MUTATIONS}) >= 15
+    assert sum(issubclass(m.backend, LogitsOnly) for m in MUTATIONS) >= 5
+
+
+def test_structure_and_systematic_bugs_are_caught_in_every_dtype(outcomes):
+    """Masks, positions and a 3 % systematic LayerNorm error (unbiased variance) fail at their stage in
+    float64, float32, bfloat16 and float16; a logits-only backend with a wrong scale is caught by the
+    well-conditioned model case in every dtype."""
+    for name, stage in (("MaskOffByOneMutant", "sequence_mask"), ("PositionsFromOneMutant", "sequence_mask"),
+                        ("PaddingIgnoredMutant", "sequence_mask"), ("UnbiasedVarianceLayerNormMutant", "input_norm"),
+                        ("RopeLayoutMutant", "rope"), ("LogitsOnlyNoScaleMutant", "lm_head")):
+        for dtype in TABLE_DTYPES:
+            o = outcomes[name].by_dtype[dtype]
+            assert (o.status, o.caught_stage, o.control_status) == ("fail", stage, "pass"), (name, dtype, o)
+
+
+def test_glue_bug_is_named_as_such(outcomes):
+    """RoPE applied to V: every stage passes in isolation; the first diverging output is v and the note says
+    the stage is correct in isolation (a glue bug) -- checked on the report of one run."""
+    from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
+    from pldr_ref.harness.mutants import RopeOnValuesMutant
+    from pldr_ref.harness.validate import validate_case
+
+    r = validate_case(RopeOnValuesMutant(device="cpu"), load_case(DEFAULT_GOLDEN_DIR / "model/tiny_exact"), "float64")
+    assert r.status == "fail" and r.first_failure["found_by"] == "end_to_end"
+    assert r.first_failure["output"] == "layers.0.v"
+    assert "stage correct in isolation; divergence between stages" in r.first_failure["note"]
+    assert all(s.status == "pass" for s in r.stages)
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.backend.__name__)

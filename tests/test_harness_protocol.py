@@ -169,7 +169,11 @@ def test_numpy32_passes_float32_and_declares_the_rest():
     results = validate(Numpy32Backend(), cases, ["float32", "bfloat16"])
     f32 = {r.case: r for r in results if r.dtype == "float32"}
     assert not [r.case for r in f32.values() if r.status in ("fail", "error")]
-    assert all(f32[c.name].status == "pass" for c in cases if c.kind in ("forward", "decoder_layer"))
+    layered = [c for c in cases if c.kind in ("forward", "decoder_layer")]
+    assert all(f32[c.name].status == "pass" for c in layered if "left_pad_additive" not in c.name)
+    # the fully masked rows of an additive -1e9 mask are absorbed in float32: not representable, never a pass
+    assert all(f32[c.name].status == "not_applicable" and "cannot represent" in f32[c.name].reason
+               for c in layered if "left_pad_additive" in c.name)
     assert all(f32[c.name].status == "unsupported" for c in cases if c.kind not in ("forward", "decoder_layer"))
     assert all(r.status == "unsupported" and "bfloat16" in r.reason for r in results if r.dtype == "bfloat16")
     stage_rows = [s for r in f32.values() for s in r.stages]
@@ -208,5 +212,8 @@ def test_isolation_finds_a_stage_bug_invisible_end_to_end(tiny_case):
 def test_end_to_end_divergence_names_the_first_bad_output(tiny_case):
     r = validate_case(WrongOutputBackend(), tiny_case, "float64")
     assert r.status == "fail"
-    assert r.first_failure == {"stage": "masked_softmax", "layer": 1, "output": "layers.1.E", "found_by": "end_to_end",
-                               "note": ""}
+    f = r.first_failure
+    assert (f["stage"], f["layer"], f["output"], f["found_by"]) == ("masked_softmax", 1, "layers.1.E", "end_to_end")
+    # the stage passes in isolation: the report says the divergence is between stages and names the neighbours
+    assert f["note"].startswith("stage correct in isolation; divergence between stages")
+    assert "layers.1.attention_scores -> layers.1.masked_softmax -> layers.1.value_mix" in f["note"]

@@ -119,7 +119,7 @@ def suite_results(backend):
     if not (DEFAULT_GOLDEN_DIR / "MANIFEST.json").is_file():
         raise FileNotFoundError(f"the committed golden suite is missing at {DEFAULT_GOLDEN_DIR}")
     cases = list(iter_cases(DEFAULT_GOLDEN_DIR))
-    return cases, validate(backend, cases, ["float64", "float32", "bfloat16"])
+    return cases, validate(backend, cases, ["float64", "float32", "bfloat16", "float16"])
 
 
 def test_float64_passes_every_case_and_every_stage(suite_results):
@@ -172,21 +172,42 @@ def test_float64_model_logits_within_1e12_relative(suite_results):
     assert set(above) <= {"model/medium"}, above
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_lower_precision_passes_under_the_policy(suite_results, dtype):
+    """The mixed-precision control (16-bit storage and matmul inputs, float32 accumulation and elementwise)
+    passes every judgeable case: no fail or error anywhere; every model / layer / G-mode case passes (its
+    not-judgeable outputs covered by its passing isolated stages) except the additive left-padded ones, which
+    no dtype below float64 can represent; only cache and scoring cases (no isolation) may be not judgeable."""
     cases, results = suite_results
     rs = [r for r in results if r.dtype == dtype]
     assert not [(r.case, r.reason) for r in rs if r.status in ("fail", "error", "unsupported")]
-    # every model / layer / g_mode case has stored baselines and must be judged (and pass)
-    judged = {r.case for r in rs if r.status == "pass"}
+    by = {r.case: r for r in rs}
     for c in cases:
         if c.group in ("model", "layer", "g_mode"):
-            assert c.name in judged, (c.name, dtype)
+            r = by[c.name]
+            if "left_pad_additive" in c.name:
+                assert r.status == "not_applicable" and "cannot represent" in r.reason, (c.name, r.reason)
+            else:
+                assert r.status == "pass", (c.name, dtype, r.reason)
+    assert {r.group for r in rs if r.status == "not_judgeable"} <= {"cache", "scoring"}
+    if dtype == "float32":
+        assert not [r.case for r in rs if r.status == "not_judgeable"]
     # what is not judged says why
     for r in rs:
-        if r.status == "not_applicable":
-            notes = [o.note for o in r.outputs if o.status == "not_applicable"]
-            assert notes and all(notes), r.case
+        if r.status in ("not_applicable", "not_judgeable"):
+            assert r.reason, r.case
+            notes = [o.note for o in r.outputs if o.status in ("not_applicable", "not_judgeable")]
+            assert all(notes), r.case
+
+
+def test_well_conditioned_cases_are_judged_end_to_end_in_every_dtype(suite_results):
+    """Item 1(d): the identity-G model and layer cases have their primary outputs judged (not merely covered)
+    end to end in float32, bfloat16 and float16."""
+    _, results = suite_results
+    for r in results:
+        if r.case in ("model/tiny_identity_g_short", "layer/tiny_identity_g") and r.dtype != "float64":
+            prim = [o for o in r.outputs if o.name in ("logits", "layers.0.out2")]
+            assert prim and all(o.status == "pass" for o in prim), (r.case, r.dtype, [o.note for o in prim])
 
 
 # ----------------------------------------------------------------------------- property: random small models

@@ -14,7 +14,7 @@ import numpy as np
 
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
 from pldr_ref.harness.stage_reference import reference_stage
-from pldr_ref.stages import FORWARD_STAGES
+from pldr_ref.registry import ALL_STAGES
 
 
 class ReferenceBackend:
@@ -26,7 +26,7 @@ class ReferenceBackend:
         from pldr_ref.fixtures.runners import RUNNERS
 
         return Capabilities(dtypes=("float64",), kinds=tuple(sorted(RUNNERS)),
-                            stages=tuple(s.name for s in FORWARD_STAGES), caches=("kv", "g"))
+                            stages=tuple(s.name for s in ALL_STAGES), caches=("kv", "g"))
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         if dtype != "float64":

@@ -1,17 +1,22 @@
 """``pldr-ref validate``: run a backend on the golden suite and print / write the verdict.
 
-    pldr-ref validate --backend MODULE:ATTR [--dtype float64,float32 ...] [--suite default|DIR]
-                      [--group model ...] [-k REGEX] [--report out.json] [--junit out.xml]
-                      [--no-isolation] [--timing] [--quiet]
+    pldr-ref validate --backend MODULE:ATTR [--dtype float64,float32 ...] [--suite-dir DIR]
+                      [--group model ...] [-k REGEX] [--out OUT.json] [--junit OUT.xml]
+                      [--timeout SECONDS] [--no-isolation] [--timing] [--quiet]
 
-Exit status: 0 when no case fails or errors, 1 otherwise, 2 for a usage problem (bad backend name,
-unknown dtype, missing suite).
+Exit status: 0 when every case passes (or is unsupported / not applicable) and something was judged;
+1 when a case fails, errors (crash, exit, hang past --timeout) or is left not judgeable, when nothing
+was judged, when the suite's integrity cannot be checked (no MANIFEST.json, cases missing from it or
+from disk, modified files) or the backend declares kinds the harness does not know -- the reason is
+printed, and the table, JSON and JUnit reports are written in every one of these cases; 2 for a
+usage problem (bad backend name, unknown dtype, missing suite folder, nothing selected).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import re
 import sys
 from pathlib import Path
@@ -19,9 +24,14 @@ from typing import Any
 
 from pldr_ref.harness.protocol import DTYPES, load_backend
 
+#: Suite name meaning "the committed golden/ folder".
+DEFAULT_SUITE = "default"
+
 
 def register(subparsers: Any) -> None:
     """Add the ``validate`` subcommand."""
+    from pldr_ref.harness.validate import DEFAULT_TIMEOUT_S
+
     p = subparsers.add_parser("validate", help="validate a backend against the golden fixtures",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", required=True, metavar="MODULE:ATTR",
@@ -29,22 +39,25 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dtype", action="append", default=None, metavar="DTYPE",
                    help=f"dtype(s) to run, comma-separated or repeated ({', '.join(DTYPES)}); "
                         "default: every dtype the backend declares")
-    p.add_argument("--suite", default="default",
-                   help="'default' (the committed golden/ folder) or a path to a golden suite folder")
+    p.add_argument("--suite-dir", "--suite", dest="suite_dir", default=DEFAULT_SUITE, metavar="DIR",
+                   help="the golden suite folder to read (default: the committed golden/; --suite is an alias)")
     p.add_argument("--group", action="append", default=None, help="only these case groups (op, layer, model, ...)")
     p.add_argument("-k", dest="pattern", default=None, metavar="REGEX", help="only cases whose name matches REGEX")
-    p.add_argument("--report", default=None, metavar="OUT.json", help="write the JSON report here")
+    p.add_argument("--out", "--report", dest="out", default=None, metavar="OUT.json",
+                   help="write the JSON report here (--report is an alias)")
     p.add_argument("--junit", default=None, metavar="OUT.xml", help="write JUnit XML here")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help=f"per-case time limit for the backend's calls (default {DEFAULT_TIMEOUT_S:g}; 0 = none)")
     p.add_argument("--no-isolation", action="store_true", help="skip stage isolation (end-to-end comparison only)")
     p.add_argument("--timing", action="store_true", help="record per-case durations (reports stop being "
                                                           "byte-identical between runs)")
-    p.add_argument("--quiet", action="store_true", help="print only the summary line")
+    p.add_argument("--quiet", action="store_true", help="print only the summary line, no progress")
     p.set_defaults(func=main)
 
 
 def suite_root(name: str) -> Path:
-    """The golden folder of ``--suite``."""
-    if name == "default":
+    """The golden folder of ``--suite-dir`` ("default" = the committed golden/)."""
+    if name == DEFAULT_SUITE:
         from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR
 
         return Path(DEFAULT_GOLDEN_DIR)
@@ -66,50 +79,125 @@ def parse_dtypes(values: list[str] | None, declared: tuple[str, ...]) -> list[st
     return out
 
 
-def load_suite(root: Path, groups: list[str] | None, pattern: str | None) -> list[Any]:
-    """Every case of the suite under ``root`` (hash-checked), filtered by group and name pattern."""
-    from pldr_ref.fixtures.case import case_dirs, load_case
+def load_suite_checked(root: Path, groups: list[str] | None, pattern: str | None) -> tuple[list[Any], list[str]]:
+    """(cases, problems): every selected case of the suite under ``root`` that loads (hash-checked against
+    MANIFEST.json), and what is wrong with the suite: no manifest, selected cases listed there but missing
+    on disk, case folders not listed, files that do not match their hash, unknown case kinds.  Raises
+    ``ValueError`` (a usage error) when the folder does not exist or nothing is selected."""
+    from pldr_ref.fixtures.case import MANIFEST_NAME, FixtureError, case_dirs, load_case
+    from pldr_ref.fixtures.runners import RUNNERS
 
     if not root.is_dir():
         raise ValueError(f"golden suite folder {root} does not exist (build it with `pldr-ref golden build --out DIR`)")
     rx = re.compile(pattern) if pattern else None
+
+    def selected(name: str) -> bool:
+        return (groups is None or name.split("/", 1)[0] in groups) and (rx is None or bool(rx.search(name)))
+
+    problems: list[str] = []
+    manifest_path = root / MANIFEST_NAME
+    listed: set[str] | None = None
+    if not manifest_path.is_file():
+        problems.append(f"{manifest_path} is missing: the suite's integrity (which cases, which bytes) cannot be "
+                        "checked")
+    else:
+        try:
+            listed = set(json.loads(manifest_path.read_text(encoding="utf-8")).get("cases", {}))
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
+            problems.append(f"{manifest_path} is not a valid manifest ({exc})")
     cases = []
+    on_disk = set()
     for d in case_dirs(root):  # filter on the folder name first: loading a case reads and hashes its tensors
         name = f"{d.parent.name}/{d.name}"
-        if (groups is None or d.parent.name in groups) and (rx is None or rx.search(name)):
-            cases.append(load_case(d))
-    if not cases:
+        on_disk.add(name)
+        if not selected(name):
+            continue
+        try:
+            case = load_case(d)
+        except (FixtureError, ValueError, KeyError, OSError) as exc:
+            problems.append(f"case {name} cannot be used: {exc}")
+            continue
+        if case.kind not in RUNNERS:
+            problems.append(f"case {name} has unknown kind {case.kind!r} (known: {', '.join(sorted(RUNNERS))})")
+            continue
+        cases.append(case)
+    if listed is not None:
+        gone = sorted(n for n in listed - on_disk if selected(n))
+        if gone:
+            problems.append(f"{len(gone)} case(s) listed in {MANIFEST_NAME} are missing on disk: "
+                            + ", ".join(gone[:5]) + (" ..." if len(gone) > 5 else ""))
+    if not cases and not problems:
         raise ValueError(f"no cases selected under {root}")
+    return cases, problems
+
+
+def load_suite(root: Path, groups: list[str] | None, pattern: str | None) -> list[Any]:
+    """The selected cases (see :func:`load_suite_checked`); raises ``ValueError`` on any suite problem."""
+    cases, problems = load_suite_checked(root, groups, pattern)
+    if problems:
+        raise ValueError("; ".join(problems))
     return cases
+
+
+def backend_problems(backend: Any) -> list[str]:
+    """Declared kinds and stages the harness does not know (a typo makes a backend support nothing)."""
+    from pldr_ref.fixtures.runners import RUNNERS
+    from pldr_ref.registry import ALL_STAGES
+
+    caps = backend.capabilities()
+    out = []
+    bad = sorted(set(caps.kinds) - set(RUNNERS))
+    if bad:
+        out.append(f"the backend declares unknown case kind(s) {bad} (known: {', '.join(sorted(RUNNERS))})")
+    known_stages = {s.name for s in ALL_STAGES}
+    bad = sorted(set(caps.stages) - known_stages)
+    if bad:
+        out.append(f"the backend declares unknown stage(s) {bad} (known: {', '.join(sorted(known_stages))})")
+    return out
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the validation; return the exit status."""
     from pldr_ref.harness.report import build_report, dumps_report, junit_xml, passed, table
     from pldr_ref.harness.validate import validate
+    from pldr_ref.progress import Progress
 
     try:
         backend = load_backend(args.backend)
         dtypes = parse_dtypes(args.dtype, backend.capabilities().dtypes)
-        root = suite_root(args.suite)
-        cases = load_suite(root, args.group, args.pattern)
+        root = suite_root(args.suite_dir)
+        cases, problems = load_suite_checked(root, args.group, args.pattern)
     except ValueError as exc:
         print(f"pldr-ref validate: {exc}", file=sys.stderr)
         return 2
+    problems += backend_problems(backend)
+    if not dtypes:
+        problems.append(f"no dtype to run: the backend declares {list(backend.capabilities().dtypes)}")
 
-    def progress(r: Any) -> None:
-        if not args.quiet:
-            print(f"  {r.status.upper():<15} {r.dtype:<9} {r.case}", file=sys.stderr, flush=True)
+    results: list[Any] = []
+    with Progress(len(cases) * len(dtypes), "validate", enabled=not args.quiet) as bar:
+        def progress(r: Any) -> None:
+            bar.advance(f"{r.status.upper()} {r.dtype} {r.case}")
 
-    results = validate(backend, cases, dtypes, isolate=not args.no_isolation, timing=args.timing, progress=progress)
-    text = table(results)
+        try:
+            results = validate(backend, cases, dtypes, isolate=not args.no_isolation, timing=args.timing,
+                               progress=progress, timeout=args.timeout or None)
+        except KeyboardInterrupt:
+            problems.append("interrupted: the report holds no results")
+    text = table(results, problems)
     print(text.splitlines()[-1] if args.quiet else text)
     manifest = root / "MANIFEST.json"
     digest = hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else None
-    if args.report:
+    if args.out:
         report = build_report(results, backend_spec=args.backend, backend=backend, dtypes=dtypes,
-                              suite_root=args.suite, manifest_sha256=digest, num_cases=len(cases))
-        Path(args.report).write_text(dumps_report(report), encoding="utf-8")
+                              suite_root=args.suite_dir, manifest_sha256=digest, num_cases=len(cases),
+                              problems=problems)
+        Path(args.out).write_text(dumps_report(report), encoding="utf-8")
     if args.junit:
-        Path(args.junit).write_text(junit_xml(results, backend_name=str(backend.name)), encoding="utf-8")
-    return 0 if passed(results) else 1
+        Path(args.junit).write_text(junit_xml(results, backend_name=str(backend.name), problems=problems),
+                                    encoding="utf-8")
+    ok = passed(results, problems)
+    if not ok and args.quiet:
+        for msg in problems:
+            print(f"pldr-ref validate: {msg}", file=sys.stderr)
+    return 0 if ok else 1

@@ -103,6 +103,9 @@ class TensorComparison:
     atol: float | None
     rtol: float
     error: str | None = None
+    rms_rel: float = 0.0
+    offset: float = 0.0
+    gain: float = 0.0
 
     @property
     def class_mismatches(self) -> int:
@@ -111,10 +114,20 @@ class TensorComparison:
 
     @property
     def max_rel_normwise(self) -> float:
-        """max|a - e| / max|e| (0 when both are 0): the relative error used by the float64 policy."""
+        """max|a - e| / max|e| over the finite entries (0 when both are 0); see :attr:`shown_rel_error`."""
         if self.ref_max_abs == 0.0:
             return 0.0 if self.max_abs == 0.0 else math.inf
         return self.max_abs / self.ref_max_abs
+
+    @property
+    def shown_rel_error(self) -> float:
+        """:attr:`max_rel_normwise`, but NaN when the backend gave NaN where the golden value is not NaN and
+        inf for an infinity class mismatch: what a report prints, so all-NaN outputs never read as 0."""
+        if self.nan_mismatches:
+            return math.nan
+        if self.posinf_mismatches or self.neginf_mismatches:
+            return math.inf
+        return self.max_rel_normwise
 
     def to_dict(self) -> dict:
         """Plain dict with JSON-safe numbers (inf / nan as strings)."""
@@ -181,6 +194,7 @@ def compare_tensor(
         max_ulp = float(ulps[finite].max())
     else:
         max_abs = median_abs = max_rel = median_rel = max_ulp = 0.0
+    rms_rel, offset, gain = whole_tensor_errors(e, a)
     if atol is not None:
         with np.errstate(invalid="ignore", over="ignore"):
             over = abs_err > atol + rtol * np.abs(np.where(finite, e, 0.0))
@@ -200,5 +214,27 @@ def compare_tensor(
         ref_max_abs=float(ref_abs.max()) if ref_abs.size else 0.0,
         worst_index=worst, worst_expected=worst_e, worst_actual=worst_a,
         nan_mismatches=nan, posinf_mismatches=pos, neginf_mismatches=neg,
-        mismatches=mismatches, atol=atol, rtol=rtol,
+        mismatches=mismatches, atol=atol, rtol=rtol, rms_rel=rms_rel, offset=offset, gain=gain,
     )
+
+
+def whole_tensor_errors(expected: np.ndarray, actual: np.ndarray) -> tuple[float, float, float]:
+    """(relative RMS error ||d|| / ||e||, offset mean(d) / rms(e), gain <d, e> / <e, e>) of d = actual - expected
+    over the entries where ``expected`` is finite; NaN if ``actual`` is non-finite there; (0, 0, 0) when
+    both are zero, inf when only ``expected`` is zero."""
+    fin = np.isfinite(expected)
+    e, a = expected[fin], actual[fin]
+    if not np.all(np.isfinite(a)):
+        return math.nan, math.nan, math.nan
+    if e.size == 0:
+        return 0.0, 0.0, 0.0
+    scale = float(np.max(np.abs(e)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        if scale > 0:  # scaled: no overflow in the sums of squares
+            e, a = e / scale, a / scale
+        d = a - e
+        ee = float(np.dot(e, e))
+        dd = float(np.dot(d, d))
+        if ee == 0.0:
+            return (0.0, 0.0, 0.0) if dd == 0.0 else (math.inf, math.inf, math.inf)
+        return math.sqrt(dd / ee), float(np.mean(d)) / math.sqrt(ee / e.size), float(np.dot(d, e)) / ee

@@ -21,41 +21,25 @@ import numpy as np
 
 from pldr_ref.attention import causal_padding_mask
 from pldr_ref.harness.compare import TensorComparison, compare_tensor
-from pldr_ref.harness.protocol import StageRequest, Unsupported
+from pldr_ref.harness.protocol import CaseTimeout, StageRequest, Unsupported
 from pldr_ref.harness.stage_reference import reference_stage
 from pldr_ref.harness.tolerance import (
     Allowance,
     baseline_allowance,
     float64_allowance,
     inner_dimension,
-    naive_error,
+    naive_stats,
+    output_allowance,
     round_to,
 )
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import Params
+from pldr_ref.registry import ALL_STAGES
 from pldr_ref.stages import FORWARD_STAGES
 
 #: Upstream golden values each stage is guaranteed to receive (leaf names; ``mask`` is added when
-#: the case has one, ``gram_offset`` for a cumulative Gram with cached rows).
-STAGE_INPUTS: dict[str, tuple[str, ...]] = {
-    "embedding": ("token_ids",),
-    "input_norm": ("embed",),
-    "qkv_projection": ("x",),
-    "rope": ("q", "k", "positions"),
-    "density_operator": ("q_rot",),
-    "metric_learner": ("A0",),
-    "metric_tensor": ("A",),
-    "potential_tensor": ("A_LM",),
-    "energy_curvature": ("A_P",),
-    "attention_scores": ("q_rot", "G_LM", "k_rot"),
-    "masked_softmax": ("scores",),
-    "value_mix": ("E", "v"),
-    "output_projection": ("ctx",),
-    "post_attention_norm": ("attn_out", "x"),
-    "ffn": ("out1",),
-    "post_ffn_norm": ("ffn_out", "out1"),
-    "lm_head": ("hidden",),
-}
+#: the case has one, ``gram_offset`` for a cumulative Gram with cached rows) -- from :mod:`pldr_ref.registry`.
+STAGE_INPUTS: dict[str, tuple[str, ...]] = {s.name: s.inputs for s in ALL_STAGES}
 
 #: Stages skipped when a layer case freezes their output through a cache input.
 FROZEN_BY = {"frozen_G_LM": ("metric_tensor", "potential_tensor", "energy_curvature"),
@@ -67,7 +51,13 @@ KEY_AXIS_OUTPUTS = ("k_rot", "v")
 
 @dataclasses.dataclass(frozen=True)
 class OutputResult:
-    """Verdict on one tensor: status in {pass, fail, not_applicable, missing, not_produced}."""
+    """Verdict on one tensor: status in :data:`OUTPUT_STATUSES`.
+
+    ``not_judgeable``: the allowance would exceed the stated fraction of the output's scale (or the naive
+    run is non-finite) in a multi-stage case: it counts against the verdict unless covered by isolated
+    stages (:func:`pldr_ref.harness.validate.case_status`).  ``not_applicable``: not judged and not counted
+    (the dtype cannot represent a single-stage op case, or a float64 tolerance is absent).
+    """
 
     name: str
     stage: str | None
@@ -104,14 +94,49 @@ class StageResult:
                 "outputs": [o.to_dict() for o in self.outputs]}
 
 
+#: Every status of one output.
+OUTPUT_STATUSES = ("pass", "fail", "not_judgeable", "not_applicable", "missing", "not_produced")
+
+
+def failed_tests(cmp: TensorComparison, allowance: Allowance) -> list[str]:
+    """Which of the max, relative-RMS, offset and gain tests ``cmp`` fails under ``allowance`` (empty: pass)."""
+    if cmp.error is not None:
+        return [cmp.error]
+    out = []
+    if cmp.mismatches:
+        out.append(f"max test: {cmp.mismatches}/{cmp.size} elements outside atol {cmp.atol:.3g}"
+                   + (f" + rtol {cmp.rtol:.3g}|golden|" if cmp.rtol else "")
+                   + (f" ({cmp.class_mismatches} NaN/inf class mismatches)" if cmp.class_mismatches else ""))
+    for label, got, allowed in (("relative RMS error", cmp.rms_rel, allowance.rms),
+                                ("offset", cmp.offset, allowance.offset), ("gain", cmp.gain, allowance.gain)):
+        if allowed is not None and not abs(got) <= allowed:  # NaN fails
+            out.append(f"{label} {got:.3g} outside +-{allowed:.3g}")
+    return out
+
+
 def judge(name: str, stage: str | None, expected: np.ndarray, actual: np.ndarray, dtype: str,
           allowance: Allowance) -> OutputResult:
-    """Compare and apply ``allowance``: pass iff no element exceeds it and no NaN/inf class differs."""
+    """Compare and apply ``allowance``: pass iff the max test (no element outside it, no NaN/inf class
+    difference) and, when set, the relative RMS, offset and gain tests hold.  A not-judged output still
+    fails on a NaN/inf class difference when it counts against the verdict (``judgeable`` False)."""
+    try:
+        actual = np.asarray(actual)
+        if actual.dtype.kind not in "fiub":
+            raise TypeError(f"dtype {actual.dtype}")
+    except (TypeError, ValueError) as exc:
+        return OutputResult(name, stage, "fail", None, allowance, note=f"not a numeric array ({exc})")
     if allowance.judged:
         cmp = compare_tensor(name, expected, actual, dtype, allowance.atol, allowance.rtol)
-        status = "pass" if cmp.mismatches == 0 and cmp.error is None else "fail"
-        return OutputResult(name, stage, status, cmp, allowance)
+        problems = failed_tests(cmp, allowance)
+        return OutputResult(name, stage, "fail" if problems else "pass", cmp, allowance, note="; ".join(problems))
     cmp = compare_tensor(name, expected, actual, dtype)
+    if cmp.error is not None:
+        return OutputResult(name, stage, "fail", cmp, allowance, note=cmp.error)
+    if not allowance.judgeable:
+        if cmp.class_mismatches:
+            return OutputResult(name, stage, "fail", cmp, allowance,
+                                note=f"{cmp.class_mismatches} NaN/inf class mismatches (never within any allowance)")
+        return OutputResult(name, stage, "not_judgeable", cmp, allowance, note=allowance.reason)
     return OutputResult(name, stage, "not_applicable", cmp, allowance, note=allowance.reason)
 
 
@@ -153,6 +178,12 @@ def stage_plan(case: Any) -> list[tuple[str, int | None, dict[str, np.ndarray], 
     plan: list[tuple[str, int | None, dict[str, np.ndarray], dict[str, np.ndarray]]] = []
     g = case.outputs
     if case.kind == "forward":
+        seq_in = {"token_ids": case.inputs["token_ids"],
+                  "start_pos": np.array(int(case.args.get("start_pos", 0)), dtype=np.int64),
+                  "pad_masking": np.array(bool(case.args.get("pad_masking", True)))}
+        if "attention_mask" in case.inputs:
+            seq_in["attention_mask"] = case.inputs["attention_mask"]
+        plan.append(("sequence_mask", None, seq_in, model_positions_and_mask(case)))
         if "embed" in g:
             plan.append(("embedding", None, {"token_ids": case.inputs["token_ids"]}, {"embed": g["embed"]}))
         if "embed" in g and "x0" in g:
@@ -204,12 +235,18 @@ def _rounded_params(params: Params, dtype: str, cache: dict) -> Params:
 def stage_allowance(case: Any, stage: str, layer: int | None, leaf: str, inputs: Mapping[str, np.ndarray],
                     golden: np.ndarray, dtype: str, params_cache: dict,
                     naive: Mapping[str, np.ndarray] | None) -> Allowance:
-    """float64: the case tolerance of the trace entry; lower dtypes: k x (naive isolated-stage error) + floor."""
+    """float64: the case tolerance of the trace entry; integer / boolean entries: exact; lower dtypes: the
+    four tests scaled by the naive run of this stage alone (its own conditioning, never the compounded one).
+    An isolated stage's allowance above the stated fraction of its scale makes it not judged (it covers
+    nothing); it never counts against the verdict on its own."""
     full = leaf if layer is None else f"layers.{layer}.{leaf}"
-    if dtype == "float64":
-        return float64_allowance(case, full)
-    base = None if naive is None or leaf not in naive else naive_error(golden, round_to(dtype, naive[leaf]))
-    return baseline_allowance(dtype, golden, base, inner_dimension(case), source="isolated stage (naive run)")
+    if np.asarray(golden).dtype.kind in "biu" or dtype == "float64":
+        if dtype == "float64" and np.asarray(golden).dtype.kind == "f":
+            return float64_allowance(case, full)
+        return output_allowance(case, full, dtype, golden, None)
+    stats = None if naive is None or leaf not in naive else naive_stats(golden, round_to(dtype, naive[leaf]))
+    return baseline_allowance(dtype, golden, stats, inner_dimension(case), source="isolated stage (naive run)",
+                              single_stage=True)
 
 
 def naive_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str, np.ndarray], dtype: str,
@@ -217,9 +254,20 @@ def naive_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str, n
     """The float64 reference stage on dtype-rounded inputs and parameters (None if it cannot run)."""
     rounded = {k: round_to(dtype, v) for k, v in inputs.items()}
     try:
-        return reference_stage(stage, layer, case.config, _rounded_params(case.params, dtype, params_cache), rounded)
+        return reference_stage(stage, layer, case.config, _rounded_params(case.params, dtype, params_cache), rounded,
+                               round_to=lambda a: round_to(dtype, a))
     except (ValueError, FloatingPointError, OverflowError):
         return None
+
+
+def read_only(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Copies of ``arrays`` that cannot be written (what a backend is handed)."""
+    out = {}
+    for k, v in arrays.items():
+        a = np.array(v, copy=True)
+        a.flags.writeable = False
+        out[k] = a
+    return out
 
 
 def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
@@ -236,14 +284,22 @@ def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
         if stage not in declared:
             results.append(StageResult(stage, layer, "unsupported", (), note="stage not declared by the backend"))
             continue
-        req = StageRequest(stage, layer, case.config, case.params, dtype, dict(inputs))
+        req = StageRequest(stage, layer, case.config, case.params, dtype, read_only(inputs))
         try:
             got = backend.run_stage(req)
         except Unsupported as exc:
             results.append(StageResult(stage, layer, "unsupported", (), note=str(exc)))
             continue
-        except Exception as exc:  # a crash of the backend is a verdict, not a harness error
+        except CaseTimeout:
+            raise
+        except BaseException as exc:  # a crash (or exit) of the backend is a verdict, not a harness error
+            if isinstance(exc, KeyboardInterrupt):
+                raise
             results.append(StageResult(stage, layer, "error", (), note=f"{type(exc).__name__}: {exc}"))
+            continue
+        if not isinstance(got, Mapping):
+            results.append(StageResult(stage, layer, "error", (),
+                                       note=f"run_stage returned {type(got).__name__}, expected a dict of arrays"))
             continue
         naive = None if dtype == "float64" else naive_stage(case, stage, layer, inputs, dtype, params_cache)
         outs = []
@@ -257,12 +313,42 @@ def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
         statuses = {o.status for o in outs}
         if statuses & {"fail", "missing"}:
             status = "fail"
-        elif "pass" in statuses:
+        elif statuses and statuses <= {"pass"}:
             status = "pass"
         else:
             status = "not_applicable"
         results.append(StageResult(stage, layer, status, tuple(outs)))
     return results
+
+
+def unrepresentable_stage(case: Any, dtype: str) -> str | None:
+    """The first isolated stage of ``case`` (forward order) that ``dtype`` cannot represent at all: its naive
+    run from the golden upstream values is itself off by more than the not-judgeable thresholds (relative RMS
+    above ``MAX_ALLOWANCE_FRACTION`` or max error above ``MAX_ABS_FRACTION`` of the scale), e.g. the fully
+    masked rows of an additive -1e9 mask, where float32 absorbs the scores.  None if every stage is
+    representable (or the case has no isolatable stage, or dtype is float64)."""
+    from pldr_ref.harness.tolerance import MAX_ABS_FRACTION, MAX_ALLOWANCE_FRACTION
+
+    if dtype == "float64":
+        return None
+    params_cache: dict = {}
+    for stage, layer, inputs, golden in stage_plan(case):
+        naive = naive_stage(case, stage, layer, inputs, dtype, params_cache)
+        if naive is None:
+            continue
+        for leaf, want in golden.items():
+            if leaf not in naive or np.asarray(want).dtype.kind != "f":
+                continue
+            st = naive_stats(want, round_to(dtype, naive[leaf]))
+            g = np.asarray(want, dtype=np.float64)
+            fin = np.isfinite(g)
+            scale = float(np.max(np.abs(g[fin]))) if fin.any() else 0.0
+            if st.max_abs is None or (scale > 0 and (st.rms_rel > MAX_ALLOWANCE_FRACTION
+                                                     or st.max_abs > MAX_ABS_FRACTION * scale)):
+                where = stage if layer is None else f"layers.{layer}.{stage}"
+                err = "non-finite" if st.max_abs is None else f"relative RMS {st.rms_rel:.1%}"
+                return f"{where} (output {leaf}: naive {dtype} error from golden upstream values {err})"
+    return None
 
 
 def first_failing_stage(stages: list[StageResult]) -> StageResult | None:

@@ -1,11 +1,11 @@
-"""How much of the tolerance a backend uses: the numbers behind ``docs/tolerances.md``.
+"""How much of each allowance a backend uses: the numbers behind ``docs/tolerances.md``.
 
     python -m pldr_ref.harness.margins --backend pldr_ref.backends.torch_backend:TorchBackend \\
-        --dtype float32,bfloat16 [--suite DIR]
+        --dtype float32,bfloat16,float16 [--suite-dir DIR]
 
-For each dtype, over every judged output (end to end) and every isolated-stage output: how many
-there are, the largest ratio error / naive baseline (the measured k), and the largest ratio
-error / allowance (must stay below 1 for a pass; the gap is the safety margin).
+For each dtype and each place (isolated stages, end-to-end outputs of multi-stage cases, op cases) and each
+of the four tests (max, relative RMS, offset, gain): the largest use = observed / allowed over every judged
+output, and where.  Every use must stay below 1 for a pass; the gap is the safety margin.
 """
 
 from __future__ import annotations
@@ -16,33 +16,39 @@ from typing import Any
 
 from pldr_ref.harness.localize import OutputResult
 
+#: The four tests of the low-precision policy, in report order.
+TESTS = ("max", "rms", "offset", "gain")
 
-def _ratios(o: OutputResult) -> tuple[float | None, float | None]:
+
+def uses(o: OutputResult) -> dict[str, float]:
+    """observed / allowed for each test that applies to ``o`` (empty when it was not judged)."""
     c, a = o.comparison, o.allowance
     if c is None or a is None or not a.judged or a.atol is None or c.error is not None:
-        return None, None
-    base = a.detail.get("baseline")
-    k_used = c.max_abs / base if base else None
+        return {}
+    out = {}
     bound = a.atol + a.rtol * c.ref_max_abs
-    return k_used, (c.max_abs / bound if bound > 0 else None)
+    if bound > 0:
+        out["max"] = c.max_abs / bound
+    for test, got, allowed in (("rms", c.rms_rel, a.rms), ("offset", abs(c.offset), a.offset),
+                               ("gain", abs(c.gain), a.gain)):
+        if allowed:
+            out[test] = got / allowed
+    return out
 
 
-def margins(results: list[Any]) -> dict[str, dict[str, Any]]:
-    """{dtype: {"end_to_end"|"isolated": {"n", "max_k", "max_k_at", "max_use", "max_use_at"}}}."""
-    out: dict[str, dict[str, Any]] = {}
+def margins(results: list[Any]) -> dict[str, dict[str, dict[str, tuple[float, str]]]]:
+    """{dtype: {"isolated" | "end_to_end" | "op": {test: (largest use, "case:output")}}}."""
+    from pldr_ref.harness.tolerance import SINGLE_STAGE_KINDS
+
+    out: dict[str, dict[str, dict[str, tuple[float, str]]]] = {}
     for r in results:
-        for where, outs in (("end_to_end", r.outputs), ("isolated", [o for s in r.stages for o in s.outputs])):
-            slot = out.setdefault(r.dtype, {}).setdefault(where, {"n": 0, "max_k": 0.0, "max_k_at": "-",
-                                                                  "max_use": 0.0, "max_use_at": "-"})
+        e2e = "op" if r.kind in SINGLE_STAGE_KINDS else "end_to_end"
+        for where, outs in ((e2e, r.outputs), ("isolated", [o for s in r.stages for o in s.outputs])):
+            slot = out.setdefault(r.dtype, {}).setdefault(where, {})
             for o in outs:
-                k_used, use = _ratios(o)
-                if use is None:
-                    continue
-                slot["n"] += 1
-                if k_used is not None and k_used > slot["max_k"]:
-                    slot["max_k"], slot["max_k_at"] = k_used, f"{r.case}:{o.name}"
-                if use > slot["max_use"]:
-                    slot["max_use"], slot["max_use_at"] = use, f"{r.case}:{o.name}"
+                for test, u in uses(o).items():
+                    if u > slot.get(test, (-1.0, ""))[0]:
+                        slot[test] = (u, f"{r.case}:{o.name}")
     return out
 
 
@@ -56,17 +62,17 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", required=True)
     p.add_argument("--dtype", action="append", default=None)
-    p.add_argument("--suite", default="default")
+    p.add_argument("--suite-dir", "--suite", dest="suite", default="default")
     args = p.parse_args(argv)
     backend = load_backend(args.backend)
     dtypes = parse_dtypes(args.dtype, backend.capabilities().dtypes)
     results = validate(backend, load_suite(suite_root(args.suite), None, None), dtypes)
-    print("| dtype | checked | outputs | max error / baseline (k used) | at | max error / allowance | at |")
-    print("|---|---|---|---|---|---|---|")
+    print("| dtype | where | " + " | ".join(TESTS) + " |")
+    print("|---|---|" + "---|" * len(TESTS))
     for dtype, table in margins(results).items():
-        for where, s in table.items():
-            print(f"| {dtype} | {where} | {s['n']} | {s['max_k']:.2f} | `{s['max_k_at']}` | {s['max_use']:.3f} | "
-                  f"`{s['max_use_at']}` |")
+        for where, slot in sorted(table.items()):
+            cells = [f"{slot[t][0]:.3f} (`{slot[t][1]}`)" if t in slot else "-" for t in TESTS]
+            print(f"| {dtype} | {where} | " + " | ".join(cells) + " |")
     return 0
 
 

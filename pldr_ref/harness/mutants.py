@@ -96,8 +96,9 @@ class Float16MaskOverflowMutant(TorchBackend):
     def apply_mask(self, scores: Any, mask: Any | None, config: Any) -> Any:
         if mask is None or config.mask_mode != "additive":
             return super().apply_mask(scores, mask, config)
-        c = self.torch.tensor(config.mask_value, dtype=scores.dtype, device=scores.device)
-        return scores + c * mask.to(scores.dtype)
+        dt = self.storage_dtype(scores.dtype)  # the constant held in the 16-bit storage dtype
+        c = self.torch.tensor(config.mask_value, dtype=dt, device=scores.device)
+        return (scores.to(dt) + c * mask.to(dt)).to(scores.dtype)
 
 
 class GCacheIgnoredMutant(TorchBackend):
@@ -127,6 +128,236 @@ class LayerNormEpsMutant(TorchBackend):
         return super().layer_norm(x, gamma, beta, 1e-5)
 
 
+class UnbiasedVarianceLayerNormMutant(TorchBackend):
+    """Every LayerNorm divides by sqrt(unbiased variance + eps) (torch.var default): outputs scaled by
+    sqrt((n-1)/n), 3.2 % for d = 16 -- a systematic error, no outlier."""
+
+    name = "mutant-unbiased-variance"
+
+    def layer_norm(self, x: Any, gamma: Any, beta: Any, eps: float) -> Any:
+        mu = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, keepdim=True, unbiased=True)
+        return (x - mu) / self.torch.sqrt(var + eps) * gamma + beta
+
+
+class RopeOnValuesMutant(TorchBackend):
+    """Layer glue: the values are rotated by RoPE too (every stage is right in isolation)."""
+
+    name = "mutant-rope-on-values"
+
+    def value_rows(self, v: Any, positions: Any, config: Any) -> Any:
+        return self.rope(v, positions, config)
+
+
+class MaskOffByOneMutant(TorchBackend):
+    """Causal mask lets query i see key i + 1 (off by one)."""
+
+    name = "mutant-mask-off-by-one"
+
+    def causal_padding_mask(self, query_positions: Any, key_positions: Any, key_padding: Any | None) -> Any:
+        return super().causal_padding_mask(query_positions + 1, key_positions, key_padding)
+
+
+class MaskIgnoredMutant(TorchBackend):
+    """The attention mask is never applied (scores go to the softmax unmasked)."""
+
+    name = "mutant-mask-ignored"
+
+    def apply_mask(self, scores: Any, mask: Any | None, config: Any) -> Any:
+        return scores
+
+
+class PaddingIgnoredMutant(TorchBackend):
+    """Padding keys are not masked (causal part only)."""
+
+    name = "mutant-padding-ignored"
+
+    def key_padding(self, ids: Any, config: Any, attention_mask: Any | None, pad_masking: bool) -> Any:
+        return self.torch.zeros(ids.shape, dtype=self.torch.bool, device=self.device)
+
+
+class PositionsFromOneMutant(TorchBackend):
+    """Positions of an uncached call start at start_pos + 1 (1-based positions)."""
+
+    name = "mutant-positions-from-one"
+
+    def call_positions(self, start_pos: int, num: int) -> Any:
+        return super().call_positions(start_pos + 1, num)
+
+
+class RopeBaseMutant(TorchBackend):
+    """RoPE frequencies with base 500000 (Llama 3) instead of the model's 10000."""
+
+    name = "mutant-rope-base"
+
+    def rope_table(self, positions: Any, d_k: int, base: float, precision: str) -> tuple[Any, Any]:
+        return super().rope_table(positions, d_k, 500000.0, precision)
+
+
+class RopeDirectionMutant(TorchBackend):
+    """RoPE rotates by -phi (sin with the wrong sign)."""
+
+    name = "mutant-rope-direction"
+
+    def rope_table(self, positions: Any, d_k: int, base: float, precision: str) -> tuple[Any, Any]:
+        cos, sin = super().rope_table(positions, d_k, base, precision)
+        return cos, -sin
+
+
+class NoAttentionResidualMutant(TorchBackend):
+    """O1 = LN1(Y) without the residual + X (both residual sums dropped)."""
+
+    name = "mutant-no-residual"
+
+    def residual(self, y: Any, x: Any) -> Any:
+        return y
+
+
+class GluGateSwapMutant(TorchBackend):
+    """FFN gate on the wrong branch: W3((W1 x + b1) * silu(W2 x + b2))."""
+
+    name = "mutant-glu-gate-swap"
+
+    def glu(self, x: Any, P: Any, prefix: str) -> Any:
+        h1 = self.linear(x, P[f"{prefix}gluw1.weight"], P.get(f"{prefix}gluw1.bias"))
+        h2 = self.linear(x, P[f"{prefix}gluw2.weight"], P.get(f"{prefix}gluw2.bias"))
+        return self.linear(h1 * self.silu(h2), P[f"{prefix}gluw3.weight"], P.get(f"{prefix}gluw3.bias"))
+
+
+class SwiGLUForISwiGLUMutant(TorchBackend):
+    """A_LM from SiLU instead of iSwiGLU (z sigma(z) instead of z^2 sigma(z))."""
+
+    name = "mutant-swiglu-for-iswiglu"
+
+    def iswiglu(self, z: Any) -> Any:
+        return self.silu(z)
+
+
+class NegatedPowerMutant(TorchBackend):
+    """A_P = A_LM ** (-P) (sign of the learned exponent flipped)."""
+
+    name = "mutant-negated-power"
+
+    def potential_tensor(self, a_lm: Any, P: Any) -> Any:
+        return super().potential_tensor(a_lm, -P)
+
+
+class TransposedGMutant(TorchBackend):
+    """Scores with G_LM^T: Q~ G^T K~^T (G_LM is not symmetric)."""
+
+    name = "mutant-transposed-g"
+
+    def attention_scores(self, q_rot: Any, g_lm: Any, k_rot: Any) -> Any:
+        return super().attention_scores(q_rot, g_lm.transpose(-1, -2), k_rot)
+
+
+class NoBaMutant(TorchBackend):
+    """G_LM = a A_P without the bias b_a."""
+
+    name = "mutant-no-ba"
+
+    def energy_curvature(self, a_p: Any, a: Any, b_a: Any) -> Any:
+        return super().energy_curvature(a_p, a, self.torch.zeros_like(b_a))
+
+
+class EmbedNoScaleMutant(TorchBackend):
+    """X0 = E[x] without the sqrt(d) factor."""
+
+    name = "mutant-embed-no-scale"
+
+    def embedding_scale(self, config: Any) -> float:
+        return 1.0
+
+
+class NoOutputBiasMutant(TorchBackend):
+    """Every linear layer drops its bias (attention projections, FFN, head)."""
+
+    name = "mutant-no-bias"
+
+    def linear(self, x: Any, w: Any, b: Any | None) -> Any:
+        return super().linear(x, w, None)
+
+
+class HeadMergeOrderMutant(TorchBackend):
+    """Heads merged feature-major ([B, S, d_k, H] flattened) instead of head-major."""
+
+    name = "mutant-head-merge-order"
+
+    def merge_heads(self, z: Any) -> Any:
+        b, h, s, dk = z.shape
+        return z.permute(0, 2, 3, 1).reshape(b, s, h * dk)
+
+
+class HeadSplitOrderMutant(TorchBackend):
+    """Heads split feature-major: feature f goes to head f mod H instead of f // d_k."""
+
+    name = "mutant-head-split-order"
+
+    def split_heads(self, x: Any, num_heads: int) -> Any:
+        b, s, d = x.shape
+        return x.reshape(b, s, d // num_heads, num_heads).permute(0, 3, 1, 2)
+
+
+class NoResidualUnitSkipMutant(TorchBackend):
+    """Metric-learner residual units without their skip connection: A <- LN(GLU(...(A)))."""
+
+    name = "mutant-res-unit-no-skip"
+
+    def residual_unit(self, a: Any, P: Any, prefix: str, num_dense: int, eps: float) -> Any:
+        h = a
+        for j in range(num_dense):
+            h = self.glu(h, P, f"{prefix}denseAs.{j}.")
+        return self.layer_norm(h, P[f"{prefix}layernormA.weight"], P[f"{prefix}layernormA.bias"], eps)
+
+
+class CumulativeGramExclusiveMutant(TorchBackend):
+    """Cumulative Gram without the current row: A0_i = sum_{s < i} q~_s q~_s^T."""
+
+    name = "mutant-cumulative-gram-exclusive"
+
+    def cumulative_density(self, q_rot: Any) -> Any:
+        inclusive = super().cumulative_density(q_rot)
+        return inclusive - q_rot[..., :, None] * q_rot[..., None, :]
+
+
+class ScaleByDModelMutant(TorchBackend):
+    """Scores divided by sqrt(d_model) instead of sqrt(d_k)."""
+
+    name = "mutant-scale-d-model"
+
+    def attention_scores(self, q_rot: Any, g_lm: Any, k_rot: Any) -> Any:
+        h = q_rot.shape[1]
+        return super().attention_scores(q_rot, g_lm, k_rot) / math.sqrt(h)
+
+
+class LogitsOnly:
+    """Mixin: the backend returns only the primary outputs (logits of every call, a layer's out2, op results)
+    and declares no isolated stages and ``full_trace=False`` -- what the harness sees of a serving engine."""
+
+    def capabilities(self) -> Any:
+        return dataclasses.replace(super().capabilities(), stages=(), full_trace=False)
+
+    def run_case(self, case: Any, dtype: str) -> dict[str, Any]:
+        from pldr_ref.harness.protocol import primary_outputs
+
+        keep = set(primary_outputs(case))
+        return {k: v for k, v in super().run_case(case, dtype).items() if k in keep}
+
+
+def _logits_only(cls: type) -> type:
+    doc = f"Logits-only {cls.__name__}: " + " ".join((cls.__doc__ or "").split())
+    return type(f"LogitsOnly{cls.__name__}", (LogitsOnly, cls), {"name": f"logits-only-{cls.name}", "__doc__": doc,
+                                                                 "__module__": __name__})
+
+
+LogitsOnlyNoScaleMutant = _logits_only(NoScaleMutant)
+LogitsOnlyRopeLayoutMutant = _logits_only(RopeLayoutMutant)
+LogitsOnlyUnbiasedVarianceLayerNormMutant = _logits_only(UnbiasedVarianceLayerNormMutant)
+LogitsOnlyMaskOffByOneMutant = _logits_only(MaskOffByOneMutant)
+LogitsOnlyElementwiseGMutant = _logits_only(ElementwiseGMutant)
+LogitsOnlyCachedRopeOffsetMutant = _logits_only(CachedRopeOffsetMutant)
+
+
 @dataclasses.dataclass(frozen=True)
 class Mutation:
     """A mutant with the case and dtype that must expose it and the stage it must be localized to."""
@@ -149,12 +380,62 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(GCacheIgnoredMutant, "cache/tiny_g", "float64", "metric_tensor"),
     Mutation(SoftmaxAxisMutant, "model/tiny_exact", "float64", "masked_softmax"),
     Mutation(LayerNormEpsMutant, "model/tiny_exact", "float64", "input_norm"),
+    Mutation(UnbiasedVarianceLayerNormMutant, "model/tiny_exact", "float64", "input_norm"),
+    Mutation(RopeOnValuesMutant, "model/tiny_exact", "float64", "qkv_projection"),
+    Mutation(MaskOffByOneMutant, "model/tiny_exact", "float64", "sequence_mask"),
+    Mutation(MaskIgnoredMutant, "model/tiny_exact", "float64", "masked_softmax"),
+    Mutation(PaddingIgnoredMutant, "model/tiny_padded_exact", "float64", "sequence_mask"),
+    Mutation(PositionsFromOneMutant, "model/tiny_exact", "float64", "sequence_mask"),
+    Mutation(RopeBaseMutant, "model/tiny_exact", "float64", "rope"),
+    Mutation(RopeDirectionMutant, "model/tiny_exact", "float64", "rope"),
+    Mutation(NoAttentionResidualMutant, "model/tiny_exact", "float64", "post_attention_norm"),
+    Mutation(GluGateSwapMutant, "model/tiny_exact", "float64", "metric_learner"),
+    Mutation(SwiGLUForISwiGLUMutant, "model/tiny_exact", "float64", "metric_tensor"),
+    Mutation(NegatedPowerMutant, "model/tiny_exact", "float64", "potential_tensor"),
+    Mutation(TransposedGMutant, "model/tiny_exact", "float64", "attention_scores"),
+    Mutation(NoBaMutant, "model/tiny_exact", "float64", "energy_curvature"),
+    Mutation(EmbedNoScaleMutant, "model/tiny_exact", "float64", "embedding"),
+    Mutation(NoOutputBiasMutant, "model/tiny_exact", "float64", "qkv_projection"),
+    Mutation(HeadMergeOrderMutant, "model/tiny_exact", "float64", "value_mix"),
+    Mutation(HeadSplitOrderMutant, "model/tiny_exact", "float64", "qkv_projection"),
+    Mutation(NoResidualUnitSkipMutant, "model/tiny_exact", "float64", "metric_learner"),
+    Mutation(CumulativeGramExclusiveMutant, "layer/tiny_cumulative_gram", "float64", "density_operator"),
+    Mutation(ScaleByDModelMutant, "model/tiny_exact", "float64", "attention_scores"),
+    Mutation(LogitsOnlyNoScaleMutant, "model/tiny_identity_g_short", "float64", "lm_head"),
+    Mutation(LogitsOnlyRopeLayoutMutant, "model/tiny_identity_g_short", "float64", "lm_head"),
+    Mutation(LogitsOnlyUnbiasedVarianceLayerNormMutant, "model/tiny_identity_g_short", "float64", "lm_head"),
+    Mutation(LogitsOnlyMaskOffByOneMutant, "model/tiny_identity_g_short", "float64", "lm_head"),
+    Mutation(LogitsOnlyElementwiseGMutant, "model/tiny_exact", "float64", "lm_head"),
+    Mutation(LogitsOnlyCachedRopeOffsetMutant, "cache/tiny_kv_g", "float64", "lm_head"),
 )
+
+
+#: Every dtype the mutation table covers.
+TABLE_DTYPES = ("float64", "float32", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class DtypeOutcome:
+    """What the harness said about a mutant on its case in one dtype, and the unmutated backend's status."""
+
+    status: str
+    caught_stage: str | None
+    caught_layer: int | None
+    found_by: str | None
+    output: str | None
+    control_status: str
+
+    def cell(self) -> str:
+        """Short table cell: ``fail @ stage`` / ``pass`` / ``not_judgeable`` ..."""
+        if self.status == "fail":
+            where = self.caught_stage or self.output or "?"
+            return f"**fail** @ {where}" + ("" if self.found_by == "isolation" else " (e2e)")
+        return self.status
 
 
 @dataclasses.dataclass(frozen=True)
 class MutationOutcome:
-    """What the harness said about one mutant (and about the unmutated backend on the same case)."""
+    """What the harness said about one mutant: in its own dtype (the fields) and in every dtype (``by_dtype``)."""
 
     mutation: Mutation
     status: str
@@ -163,6 +444,7 @@ class MutationOutcome:
     found_by: str | None
     output: str | None
     control_status: str
+    by_dtype: dict[str, DtypeOutcome] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -171,10 +453,12 @@ class MutationOutcome:
             self.control_status == "pass"
 
 
-def run_mutations(root: Any = None, device: str | None = "cpu", dtype: str | None = None) -> list[MutationOutcome]:
+def run_mutations(root: Any = None, device: str | None = "cpu", dtype: str | None = None,
+                  dtypes: tuple[str, ...] = ()) -> list[MutationOutcome]:
     """Validate every mutant (and the unmutated backend as control) on its case; cases from ``root``.
 
-    ``dtype`` overrides each mutation's own dtype (to see what a lower precision still catches).
+    ``dtype`` overrides each mutation's own dtype; ``dtypes`` adds the outcome in each of those dtypes
+    (the mutant x dtype table of ``docs/mutations.md``).
     """
     from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
     from pldr_ref.harness.validate import validate_case
@@ -184,6 +468,15 @@ def run_mutations(root: Any = None, device: str | None = "cpu", dtype: str | Non
     cases: dict[str, Any] = {}
     controls: dict[tuple[str, str], str] = {}
     out = []
+
+    def one(backend: Any, case: Any, name: str, dt: str) -> DtypeOutcome:
+        if (name, dt) not in controls:
+            controls[(name, dt)] = validate_case(control, case, dt).status
+        r = validate_case(backend, case, dt)
+        f = r.first_failure or {}
+        return DtypeOutcome(r.status, f.get("stage"), f.get("layer"), f.get("found_by"), f.get("output"),
+                            controls[(name, dt)])
+
     for m in MUTATIONS:
         if dtype is not None:
             m = dataclasses.replace(m, dtype=dtype)
@@ -193,41 +486,45 @@ def run_mutations(root: Any = None, device: str | None = "cpu", dtype: str | Non
                 raise FileNotFoundError(f"golden case {m.case} needed by {m.backend.__name__} is missing under {base}")
             cases[m.case] = load_case(path)
         case = cases[m.case]
-        if (m.case, m.dtype) not in controls:
-            controls[(m.case, m.dtype)] = validate_case(control, case, m.dtype).status
-        r = validate_case(m.backend(device=device), case, m.dtype)
-        f = r.first_failure or {}
-        out.append(MutationOutcome(m, r.status, f.get("stage"), f.get("layer"), f.get("found_by"), f.get("output"),
-                                   controls[(m.case, m.dtype)]))
+        backend = m.backend(device=device)
+        own = one(backend, case, m.case, m.dtype)
+        table = {dt: (own if dt == m.dtype else one(backend, case, m.case, dt)) for dt in dtypes}
+        out.append(MutationOutcome(m, own.status, own.caught_stage, own.caught_layer, own.found_by, own.output,
+                                   own.control_status, table))
     return out
 
 
 def markdown(outcomes: list[MutationOutcome]) -> str:
     """The mutation report (``docs/mutations.md``)."""
+    dts = [d for d in TABLE_DTYPES if outcomes and d in outcomes[0].by_dtype]
     lines = [
         "# Mutation suite: the harness catches and localizes deliberately broken backends",
         "",
         "Generated by `python -m pldr_ref.harness.mutants --markdown docs/mutations.md` (checked by",
         "`tests/test_harness_mutants.py`). Each mutant is the torch backend",
-        "(`pldr_ref.backends.torch_backend:TorchBackend`) with exactly one method overridden",
-        "(`pldr_ref/harness/mutants.py`). *Caught at* is the first failing stage the harness reports:",
-        "found by *isolation* (the stage run alone from golden upstream values fails) or, for cache",
-        "cases whose steps are not isolated, by *end_to_end* (the first diverging trace entry in forward",
-        "order). *Control* is the unmutated backend on the same case and dtype.",
+        "(`pldr_ref.backends.torch_backend:TorchBackend`, mixed precision below float32) with exactly one method",
+        "overridden (`pldr_ref/harness/mutants.py`); the `LogitsOnly*` mutants also return only the primary outputs",
+        "and declare no isolated stages, as a serving engine would. *Expected* is the stage the harness must name",
+        "on the mutation's case in float64. Each dtype column is the verdict on that case in that dtype:",
+        "**fail** @ the first failing stage (found by isolation, or *(e2e)* by the first diverging output in",
+        "forward order), `not_judgeable` (the primary output cannot be judged in that dtype and no isolated stage",
+        "covers it: counts against the verdict), `pass` (the bug is below the dtype's resolution, e.g. eps_adj =",
+        "1e-9, or does not change the math there, e.g. a float16 overflow in float64), `not_applicable`.",
+        "*Control* is the unmutated backend on the same case in every dtype.",
         "",
-        "| mutant | bug | case | dtype | expected stage | caught at | found by | first bad output | control |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| mutant | bug | case | expected | " + " | ".join(dts) + " | control |",
+        "|---|---|---|---|" + "---|" * len(dts) + "---|",
     ]
     for o in outcomes:
         m = o.mutation
         doc = " ".join((m.backend.__doc__ or "").split())
-        where = "-" if o.caught_stage is None else o.caught_stage + (
-            f" (layer {o.caught_layer})" if o.caught_layer is not None else "")
-        lines.append(f"| `{m.backend.__name__}` | {doc} | `{m.case}` | {m.dtype} | {m.expected_stage} | {where} | "
-                     f"{o.found_by or '-'} | `{o.output or '-'}` | {o.control_status} |")
+        cells = [o.by_dtype[d].cell() for d in dts]
+        ctrl = sorted({o.by_dtype[d].control_status for d in dts}) or [o.control_status]
+        lines.append(f"| `{m.backend.__name__}` | {doc} | `{m.case}` | {m.expected_stage} | " + " | ".join(cells)
+                     + f" | {'/'.join(ctrl)} |")
     n_ok = sum(o.ok for o in outcomes)
-    lines += ["", f"{n_ok} of {len(outcomes)} mutants flagged and localized to the expected stage; "
-                  "the unmutated backend passes every case used.", ""]
+    lines += ["", f"{n_ok} of {len(outcomes)} mutants flagged in their own dtype and localized to the expected stage; "
+                  "the unmutated backend passes every case used in that dtype.", ""]
     return "\n".join(lines)
 
 
@@ -241,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from pathlib import Path
 
-    outcomes = run_mutations(None if args.suite is None else Path(args.suite), dtype=args.dtype)
+    outcomes = run_mutations(None if args.suite is None else Path(args.suite), dtype=args.dtype, dtypes=TABLE_DTYPES)
     text = markdown(outcomes)
     if args.markdown:
         Path(args.markdown).write_text(text, encoding="utf-8")

@@ -54,6 +54,10 @@ class Unsupported(Exception):  # noqa: N818 - a verdict, not an error
     """Raised by a backend for a feature it does not implement; reported as *unsupported*."""
 
 
+class CaseTimeout(BaseException):  # raised into a backend: `except Exception` in it must not catch it
+    """Raised inside a backend call that ran past the per-case time limit (``--timeout``)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
     """What a backend can run.

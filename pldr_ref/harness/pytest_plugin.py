@@ -59,7 +59,7 @@ class PldrCaseItem(pytest.Item):
         self.result = validate_case(backend, self.case, self.dtype, isolate=isolate)
         if self.result.status in ("unsupported", "not_applicable"):
             pytest.skip(f"{self.result.status}: {self.result.reason}")
-        if self.result.status in ("fail", "error"):
+        if self.result.status in ("fail", "error", "not_judgeable"):  # not judgeable counts against, never a pass
             raise PldrCaseError(self.result)
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> str:

@@ -9,11 +9,13 @@ JSON schema (``schema_version`` = :data:`SCHEMA_VERSION`; documented in ``docs/b
                   switches, full_trace}},
       "suite": {"root": str (as given), "manifest_sha256": str | null, "cases": int},
       "dtypes": [str],
-      "policy": {"k_half": float, "k_sqrt": float, "k_min": float, "floor_units": float,
+      "policy": {"k_half": float, "k_sqrt": float, "k_min": float, "floor_units": float, "k_rms": float,
+                 "k_bias": float, "max_allowance_fraction": float,
                  "float64": "case tolerance (case.json)"},
-      "summary": {"total": int, "pass": int, "fail": int, "error": int, "unsupported": int,
+      "summary": {"total": int, "pass": int, "fail": int, "error": int, "not_judgeable": int, "unsupported": int,
                   "not_applicable": int},
-      "passed": bool,                       # no fail and no error
+      "passed": bool,                       # no fail, error or not_judgeable, and no problems
+      "problems": [str],                    # suite / backend problems, "no case was judged"
       "results": [CaseResult]               # dtype-major, then case name
     }
 
@@ -44,14 +46,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pldr_ref.harness import tolerance
-from pldr_ref.harness.validate import CASE_STATUSES, CaseResult
+from pldr_ref.harness.validate import CASE_STATUSES, FAILING_STATUSES, CaseResult
 
 SCHEMA_VERSION = "pldr-ref-validation-report/1"
 
 _NUM = {"type": ["number", "string", "null"]}  # non-finite numbers are the strings "inf", "-inf", "nan"
 _ALLOWANCE = {"type": ["object", "null"], "required": ["atol", "rtol", "rule", "detail", "judged", "reason"],
               "properties": {"atol": _NUM, "rtol": _NUM, "rule": {"type": "string"}, "detail": {"type": "object"},
-                             "judged": {"type": "boolean"}, "reason": {"type": "string"}}}
+                             "judged": {"type": "boolean"}, "reason": {"type": "string"},
+                             "judgeable": {"type": "boolean"}}}
 _COMPARISON = {"type": ["object", "null"],
                "required": ["name", "dtype", "shape", "size", "max_abs", "median_abs", "max_rel", "median_rel",
                             "max_ulp", "ref_max_abs", "worst_index", "worst_expected", "worst_actual",
@@ -64,7 +67,8 @@ _COMPARISON = {"type": ["object", "null"],
                               "neginf_mismatches": {"type": "integer"}}}
 _OUTPUT = {"type": "object", "required": ["name", "stage", "status", "comparison", "allowance", "note"],
            "properties": {"name": {"type": "string"}, "stage": {"type": ["string", "null"]},
-                          "status": {"enum": ["pass", "fail", "not_applicable", "missing", "not_produced"]},
+                          "status": {"enum": ["pass", "fail", "not_judgeable", "not_applicable", "missing",
+                                                "not_produced"]},
                           "comparison": _COMPARISON, "allowance": _ALLOWANCE, "note": {"type": "string"}}}
 _STAGE = {"type": "object", "required": ["stage", "layer", "status", "note", "outputs"],
           "properties": {"stage": {"type": "string"}, "layer": {"type": ["integer", "null"]},
@@ -85,7 +89,7 @@ REPORT_JSON_SCHEMA: dict[str, Any] = {
     "title": "pldr-ref validation report",
     "type": "object",
     "required": ["schema_version", "pldr_ref_version", "backend", "suite", "dtypes", "policy", "summary", "passed",
-                 "results"],
+                 "problems", "results"],
     "properties": {
         "schema_version": {"const": SCHEMA_VERSION},
         "pldr_ref_version": {"type": "string"},
@@ -95,6 +99,7 @@ REPORT_JSON_SCHEMA: dict[str, Any] = {
         "policy": {"type": "object", "required": ["k_half", "k_sqrt", "k_min", "floor_units", "float64"]},
         "summary": {"type": "object", "required": ["total", *CASE_STATUSES]},
         "passed": {"type": "boolean"},
+        "problems": {"type": "array", "items": {"type": "string"}},
         "results": {"type": "array", "items": _RESULT},
     },
 }
@@ -142,26 +147,50 @@ def summarize(results: Iterable[CaseResult]) -> dict[str, int]:
     return out
 
 
-def passed(results: Iterable[CaseResult]) -> bool:
-    """True when no case failed or errored."""
-    return all(r.status not in ("fail", "error") for r in results)
+def run_problems(results: Iterable[CaseResult], problems: Iterable[str] = ()) -> list[str]:
+    """Why a run cannot pass beyond its failing cases: the given suite / backend problems, plus "no case was
+    judged" when no case passed or failed (everything unsupported or not applicable)."""
+    results = list(results)
+    out = list(problems)
+    if not any(r.status in ("pass", "fail", "not_judgeable") for r in results):
+        s = summarize(results)
+        out.append(f"no case was judged ({s['total']} checks: {s['unsupported']} unsupported, "
+                   f"{s['not_applicable']} not applicable, {s['error']} error): nothing was validated")
+    return out
+
+
+def passed(results: Iterable[CaseResult], problems: Iterable[str] = ()) -> bool:
+    """True when no case failed, errored or was left not judgeable, and :func:`run_problems` is empty."""
+    results = list(results)
+    return all(r.status not in FAILING_STATUSES for r in results) and not run_problems(results, problems)
 
 
 def build_report(results: list[CaseResult], *, backend_spec: str, backend: Any, dtypes: list[str],
-                 suite_root: str, manifest_sha256: str | None, num_cases: int) -> dict[str, Any]:
+                 suite_root: str, manifest_sha256: str | None, num_cases: int,
+                 problems: Iterable[str] = ()) -> dict[str, Any]:
     """The JSON report document (see module docstring)."""
     from pldr_ref import __version__
 
+    try:
+        caps = backend.capabilities().to_dict()
+    except Exception as exc:  # the report is written whatever the backend does
+        caps = {"error": f"{type(exc).__name__}: {exc}"}
     return {
         "schema_version": SCHEMA_VERSION,
         "pldr_ref_version": __version__,
-        "backend": {"spec": backend_spec, "name": str(backend.name), "capabilities": backend.capabilities().to_dict()},
+        "backend": {"spec": backend_spec, "name": str(getattr(backend, "name", "?")), "capabilities": caps},
         "suite": {"root": suite_root, "manifest_sha256": manifest_sha256, "cases": num_cases},
         "dtypes": list(dtypes),
         "policy": {"k_half": tolerance.K_HALF, "k_sqrt": tolerance.K_SQRT, "k_min": tolerance.K_MIN,
-                   "floor_units": tolerance.FLOOR_UNITS, "float64": "case tolerance (case.json)"},
+                   "floor_units": tolerance.FLOOR_UNITS, "k_rms": tolerance.K_RMS, "k_bias": tolerance.K_BIAS,
+                   "max_allowance_fraction": tolerance.MAX_ALLOWANCE_FRACTION,
+                   "max_abs_fraction": tolerance.MAX_ABS_FRACTION, "chain_factors": tolerance.CHAIN_FACTORS,
+                   "whole_chain_factors": tolerance.WHOLE_CHAIN_FACTORS, "f32_factor": tolerance.F32_FACTOR,
+                   "bias_floor": tolerance.BIAS_FLOOR,
+                   "float64": "case tolerance (case.json)"},
         "summary": summarize(results),
-        "passed": passed(results),
+        "passed": passed(results, problems),
+        "problems": run_problems(results, problems),
         "results": [r.to_dict() for r in results],
     }
 
@@ -177,8 +206,10 @@ def _fmt(x: float | None) -> str:
         return "-"
     if isinstance(x, str):
         return x
+    if math.isnan(x):
+        return "nan"
     if math.isinf(x):
-        return "inf"
+        return "inf" if x > 0 else "-inf"
     return f"{x:.2e}"
 
 
@@ -198,30 +229,33 @@ def worst_output(result: CaseResult) -> tuple[str, float | None, float | None]:
         else:
             score = c.max_rel_normwise
         if score > best[0]:
-            best = (score, o.name, c.max_rel_normwise, c.max_ulp)
+            best = (score, o.name, c.shown_rel_error, c.max_ulp)
     return best[1], best[2], best[3]
 
 
-def table(results: list[CaseResult]) -> str:
-    """A readable fixed-width table: one row per case x dtype, then the summary."""
+def table(results: list[CaseResult], problems: Iterable[str] = ()) -> str:
+    """A readable fixed-width table: one row per case x dtype, then the run's problems and the summary."""
     rows = [("STATUS", "DTYPE", "CASE", "WORST OUTPUT", "REL", "ULP", "FIRST FAILURE / REASON")]
     for r in results:
         name, rel, ulp = worst_output(r)
         if r.first_failure:
             f = r.first_failure
-            where = f["stage"] + (f" (layer {f['layer']})" if f["layer"] is not None else "")
-            note = f"{where} [{f['found_by']}]"
+            where = str(f["stage"] or f["output"] or "?") + (f" (layer {f['layer']})" if f["layer"] is not None else "")
+            note = f"{where} [{f['found_by']}]" + (" glue?" if "correct in isolation" in (f.get("note") or "") else "")
         else:
             note = r.reason
-        rows.append((r.status.upper(), r.dtype, r.case, name, _fmt(rel), "-" if ulp is None else f"{ulp:.0f}", note))
+        ulp_text = "-" if ulp is None else (_fmt(ulp) if not math.isfinite(ulp) else f"{ulp:.0f}")
+        rows.append((r.status.upper(), r.dtype, r.case, name, _fmt(rel), ulp_text, note))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
              for row in rows]
     s = summarize(results)
     lines.append("")
+    for msg in run_problems(results, problems):
+        lines.append(f"PROBLEM: {msg}")
     lines.append(f"{s['total']} checks: {s['pass']} pass, {s['fail']} fail, {s['error']} error, "
-                 f"{s['unsupported']} unsupported, {s['not_applicable']} not applicable -> "
-                 + ("PASSED" if passed(results) else "FAILED"))
+                 f"{s['not_judgeable']} not judgeable, {s['unsupported']} unsupported, "
+                 f"{s['not_applicable']} not applicable -> " + ("PASSED" if passed(results, problems) else "FAILED"))
     return "\n".join(lines)
 
 
@@ -231,14 +265,16 @@ def _failure_text(r: CaseResult) -> str:
     for o in r.outputs:
         if o.status in ("fail", "missing"):
             c = o.comparison
-            if c is None:
+            if c is None or c.atol is None:
                 lines.append(f"{o.name} [{o.stage}]: {o.note}")
             else:
-                lines.append(f"{o.name} [{o.stage}]: max_abs {_fmt(c.max_abs)} > atol {_fmt(c.atol)} + rtol "
+                lines.append(f"{o.name} [{o.stage}]: {o.note}; max_abs {_fmt(c.max_abs)} vs atol {_fmt(c.atol)} + rtol "
                              f"{_fmt(c.rtol)}|golden|, {c.mismatches}/{c.size} mismatches, worst at "
                              f"{c.worst_index} (got {c.worst_actual}, golden {c.worst_expected}), max ULP "
-                             f"{c.max_ulp:.0f}, NaN/+inf/-inf class mismatches {c.nan_mismatches}/"
+                             f"{_fmt(c.max_ulp)}, NaN/+inf/-inf class mismatches {c.nan_mismatches}/"
                              f"{c.posinf_mismatches}/{c.neginf_mismatches}")
+    if r.first_failure and r.first_failure.get("note"):
+        lines.append(f"first failure note: {r.first_failure['note']}")
     for s in r.stages:
         if s.status in ("fail", "error"):
             bad = [o.name for o in s.outputs if o.status in ("fail", "missing")]
@@ -246,7 +282,7 @@ def _failure_text(r: CaseResult) -> str:
     return "\n".join(lines)
 
 
-def junit_xml(results: list[CaseResult], *, backend_name: str) -> str:
+def junit_xml(results: list[CaseResult], *, backend_name: str, problems: Iterable[str] = ()) -> str:
     """JUnit XML: one ``testsuite`` per dtype, one ``testcase`` per case.
 
     fail -> ``<failure>``, error -> ``<error>``, unsupported / not_applicable -> ``<skipped>``
@@ -257,7 +293,7 @@ def junit_xml(results: list[CaseResult], *, backend_name: str) -> str:
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for dtype in dtypes:
         rs = [r for r in results if r.dtype == dtype]
-        counts = {"tests": len(rs), "failures": sum(r.status == "fail" for r in rs),
+        counts = {"tests": len(rs), "failures": sum(r.status in ("fail", "not_judgeable") for r in rs),
                   "errors": sum(r.status == "error" for r in rs),
                   "skipped": sum(r.status in ("unsupported", "not_applicable") for r in rs)}
         suite = ET.SubElement(root, "testsuite", name=f"pldr_ref.{backend_name}.{dtype}",
@@ -269,12 +305,23 @@ def junit_xml(results: list[CaseResult], *, backend_name: str) -> str:
             tc = ET.SubElement(suite, "testcase", **attrs)
             if r.status == "fail":
                 ET.SubElement(tc, "failure", message=r.reason, type="ToleranceExceeded").text = _failure_text(r)
+            elif r.status == "not_judgeable":
+                ET.SubElement(tc, "failure", message=r.reason, type="NotJudgeable")
             elif r.status == "error":
                 ET.SubElement(tc, "error", message=r.reason, type="BackendError")
             elif r.status in ("unsupported", "not_applicable"):
                 ET.SubElement(tc, "skipped", message=f"{r.status}: {r.reason}")
         for k in totals:
             totals[k] += counts[k]
+    msgs = run_problems(results, problems)
+    if msgs:
+        suite = ET.SubElement(root, "testsuite", name=f"pldr_ref.{backend_name}.run", tests=str(len(msgs)),
+                              failures=str(len(msgs)), errors="0", skipped="0")
+        for i, msg in enumerate(msgs):
+            tc = ET.SubElement(suite, "testcase", classname=f"pldr_ref.{backend_name}.run", name=f"problem_{i}")
+            ET.SubElement(tc, "failure", message=msg, type="RunProblem")
+        totals["tests"] += len(msgs)
+        totals["failures"] += len(msgs)
     for k, v in totals.items():
         root.set(k, str(v))
     ET.indent(root)

@@ -5,7 +5,7 @@ the output rounded (the FlashAttention rule applied per stage)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -16,13 +16,21 @@ from pldr_ref.params import Params
 
 
 def reference_stage(stage: str, layer: int | None, config: PLDRConfig, params: Params,
-                    inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+                    inputs: Mapping[str, np.ndarray],
+                    round_to: Callable[[np.ndarray], np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Outputs (by leaf name) of ``stage`` of layer ``layer`` from upstream ``inputs`` (see
-    :class:`pldr_ref.harness.protocol.StageRequest`), computed by the float64 reference functions."""
+    :class:`pldr_ref.harness.protocol.StageRequest`), computed by the float64 reference functions.
+    ``round_to`` (naive low-precision runs) rounds the masked logits inside ``masked_softmax``, as the
+    naive layer run does: a ``-1e9 + score`` that the dtype cannot resolve is absorbed there too."""
     c = config
     i = inputs
     lp = params.layer(layer) if layer is not None else None
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if stage == "sequence_mask":
+            am = i.get("attention_mask")
+            positions, mask = model.sequence_mask(c, np.asarray(i["token_ids"]), start_pos=int(i.get("start_pos", 0)),
+                                                  attention_mask=am, pad_masking=bool(i.get("pad_masking", True)))
+            return {"positions": positions, "mask": mask}
         if stage == "embedding":
             return {"embed": model.embed(params, i["token_ids"])}
         if stage == "input_norm":
@@ -62,6 +70,8 @@ def reference_stage(stage: str, layer: int | None, config: PLDRConfig, params: P
             return {"scores": attention.attention_scores(i["q_rot"], i["G_LM"], i["k_rot"], c.score_scale)}
         if stage == "masked_softmax":
             logits = attention.apply_mask(i["scores"], i.get("mask"), c.mask_mode, c.mask_value, c.mask_add_dtype)
+            if round_to is not None:
+                logits = round_to(logits)
             return {"E": attention.attention_weights(logits, i.get("mask"), precision=c.softmax_precision,
                                                      masked_row=c.masked_row)}
         if stage == "value_mix":

@@ -1,31 +1,39 @@
 """The pass/fail policy: how far a backend output may be from the golden value (``docs/tolerances.md``).
 
-Every allowance is elementwise, |backend - golden| <= atol + rtol |golden|, and every number in it
-comes with its reason:
+Every number in an allowance comes with its reason:
 
-* **float64** -- the case's own tolerance from ``case.json`` (per output): 1000 x the largest change
-  of the float64 reference under 1-ulp relative perturbations of every input and parameter, rounded
-  up to a power of ten, floored at 16 unit roundoffs; for exact-tier cases it also covers the float64
-  tier's distance to the correctly rounded value (``docs/accuracy.md``).  A float64 backend differs
-  from the reference only by rounding (different summation order, different libm), which is what
-  that perturbation measures.
-* **float32, bfloat16, float16** -- the FlashAttention rule with a stored baseline:
-  atol = k x baseline + floor, rtol = 0, where baseline is the max abs error of a naive run of
-  the reference in that dtype (``case.baselines``; computed here for op cases and isolated
-  stages) and floor = :data:`FLOOR_UNITS` unit roundoffs of the dtype times max|golden|.
-  k = :data:`K_HALF` for bfloat16 / float16 and k = :data:`K_SQRT` x sqrt(n) (at least
-  :data:`K_MIN`) for float32.  Reasons (numbers in ``docs/tolerances.md``): the naive run rounds once
-  per stage, a real kernel after every op inside it (16-bit kernels accumulate in float32, so only
-  those roundings count; float32 kernels also accumulate length-n dot products in float32, error
-  ~ sqrt(n) u, Higham & Mary 2019); end to end, the backend's and the naive run's errors are two
-  independent realizations pushed through an amplifying chain (A_P = A_LM^P, softmax), so their
-  ratio has a heavy tail; k is twice the largest ratio measured on the suite, rounded up to a
-  power of two (FlashAttention's factor 2 on top of the measured spread).
-* Kinds whose naive run is not defined stage by stage (``cached_generation``, ``scoring_*``) have no
-  low-precision baseline: their outputs are *not judged* below float64 (reported, never passed).
-* An output whose naive baseline is non-finite (the dtype over/underflows on this case) is *not
-  judged* in that dtype: it is reported as ``not_applicable`` with the reason, never as a pass.
-* Boolean outputs (masks) must match exactly.
+* **float64** -- the case's own tolerance from ``case.json`` (per output, elementwise
+  |a - e| <= atol + rtol |e|): 1000 x the largest change of the float64 reference under 1-ulp
+  relative perturbations of every input and parameter (``docs/fixtures.md``).
+* **float32, bfloat16, float16** -- four tests, each scaled by a *naive run* of the reference in
+  that dtype on the same values (:class:`NaiveStats`): inputs and parameters rounded to the dtype, the
+  float64 functions, stage outputs rounded (``pldr_ref.fixtures.baselines``).  The naive run's error
+  is the output's measured conditioning in that dtype: kappa = naive error / (u x scale).
+
+  1. max test: max|a - e| <= atol = k x naive max error + :data:`FLOOR_UNITS` u max|e|, with
+     k = :data:`K_HALF` (16-bit) or max(:data:`K_MIN`, :data:`K_SQRT` sqrt(n)) (float32);
+  2. relative RMS test: ||a - e|| / ||e|| <= w :data:`K_RMS` rho;
+  3. offset test: |mean(a - e)| / rms(e) <= w (:data:`K_BIAS` (|naive offset| + rho / sqrt(N))
+     + :data:`BIAS_FLOOR` rho);
+  4. gain test: |<a - e, e>| / <e, e> <= w (:data:`K_BIAS` (|naive gain| + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho),
+     rho = max(naive relative RMS error, u), N = number of finite elements, w = :data:`F32_FACTOR` for
+     float32 and 1 for 16-bit: independent rounding errors average out like 1 / sqrt(N); a systematic
+     bug (LayerNorm with the unbiased variance, a scale or shift) does not.
+
+  End-to-end outputs of multi-stage cases multiply the max test's k by :data:`CHAIN_FACTORS` [dtype] and the
+  whole-tensor tests by :data:`WHOLE_CHAIN_FACTORS` [dtype].
+
+  Isolated stages are judged from golden upstream values with the naive run of *that stage alone*
+  (their own conditioning, :func:`pldr_ref.harness.localize.naive_stage`); end-to-end outputs with
+  the naive run of the whole case.
+* **not judgeable**: an output whose relative-RMS allowance exceeds :data:`MAX_ALLOWANCE_FRACTION` or whose
+  max-test allowance exceeds :data:`MAX_ABS_FRACTION` of its scale (or whose naive run is non-finite: the
+  dtype cannot carry the case) cannot tell a right backend
+  from a wrong one.  For multi-stage kinds (model, layer, cache, scoring) it is reported
+  ``not_judgeable`` and counts against the verdict unless the backend's passing isolated stages cover
+  it; for a single-stage op case it is ``not_applicable`` (the op's own inputs are ill-conditioned in
+  that dtype; there is nothing to cover it with).
+* Boolean and integer outputs (masks, positions) must match exactly in every dtype.
 """
 
 from __future__ import annotations
@@ -38,29 +46,77 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.harness.compare import machine_epsilon, numpy_dtype
+from pldr_ref.registry import op_kinds
 
-#: k for bfloat16 and float16: bound of a real kernel's error in units of the naive stage-rounded run.
-K_HALF = 32.0
-#: float32: k = K_SQRT * sqrt(n) with n the longest dot product of the case ...
-K_SQRT = 8.0
+#: Max test, bfloat16 and float16: allowance = K_HALF x the naive run's max error (+ floor).
+K_HALF = 8.0
+#: Max test, float32: k = K_SQRT * sqrt(n) with n the longest dot product of the case ...
+K_SQRT = 2.0
 #: ... but never below K_MIN.
-K_MIN = 16.0
-#: floor = FLOOR_UNITS unit roundoffs of the dtype times max|golden| (a few ulps of the output's scale).
-FLOOR_UNITS = 16.0
+K_MIN = 8.0
+#: Floor of the max test: FLOOR_UNITS unit roundoffs of the dtype times max|golden| (one ulp of the scale).
+FLOOR_UNITS = 2.0
+#: Relative RMS test: allowance = K_RMS x max(naive relative RMS error, u) (float32: x sqrt(n) / K_SQRT ... see
+#: :func:`rms_factor`).
+K_RMS = 4.0
+#: Offset and gain tests: allowance = K_BIAS x (|naive value| + rho / sqrt(N)) + BIAS_FLOOR x rho,
+#: rho = max(naive relative RMS, u).
+K_BIAS = 8.0
+#: Floor of the offset and gain tests in units of rho: internal roundings of a real kernel (a rounded constant,
+#: the mean of a near-constant row) bias its error by a few roundings that the naive run does not make.
+BIAS_FLOOR = 2.0
+#: float32 multiplier of the whole-tensor tests (:func:`whole_tensor_factor`).
+F32_FACTOR = 4.0
+#: End-to-end outputs of multi-stage cases: every k above times this factor per dtype (two independent error
+#: realizations pushed through an amplifying chain): twice the largest ratio measured on the suite with k = 1,
+#: rounded up to a power of two (``docs/tolerances.md``).
+#: Max test:
+CHAIN_FACTORS = {"float32": 4.0, "bfloat16": 2.0, "float16": 4.0}
+#: Relative-RMS, offset and gain tests:
+WHOLE_CHAIN_FACTORS = {"float32": 2.0, "bfloat16": 2.0, "float16": 4.0}
+#: The largest of :data:`CHAIN_FACTORS` (reported in the JSON policy).
+CHAIN_FACTOR = max(CHAIN_FACTORS.values())
+#: An output is not judgeable when its relative-RMS allowance exceeds this fraction (of ||golden||) ...
+MAX_ALLOWANCE_FRACTION = 0.1
+#: ... or its max-test allowance exceeds this fraction of max|golden| (the max test bounds outliers only).
+MAX_ABS_FRACTION = 0.5
 
 #: Name of each rule, as written in reports.
 RULE_FLOAT64 = "float64: case tolerance"
-RULE_BASELINE = "k x baseline + floor"
-RULE_EXACT = "exact match (boolean)"
+RULE_BASELINE = "naive-run conditioning: max, rms, offset, gain"
+RULE_EXACT = "exact match"
 RULE_NOT_APPLICABLE = "not applicable"
+RULE_NOT_JUDGEABLE = "not judgeable"
+
+#: Kinds made of one stage: an allowance above MAX_ALLOWANCE_FRACTION makes them not_applicable
+#: (the ``op`` category of :mod:`pldr_ref.registry`).
+SINGLE_STAGE_KINDS = op_kinds("op")
+
+
+@dataclasses.dataclass(frozen=True)
+class NaiveStats:
+    """Error statistics of the naive run on one output (d = naive - golden over the finite entries).
+
+    max_abs: max|d| (None: the naive run is non-finite where the golden value is finite);
+    rms_rel: ||d|| / ||golden||; offset: mean(d) / rms(golden); gain: <d, golden> / <golden, golden>;
+    n: number of finite golden entries.
+    """
+
+    max_abs: float | None
+    rms_rel: float = 0.0
+    offset: float = 0.0
+    gain: float = 0.0
+    n: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
 class Allowance:
-    """The allowance for one output: |a - e| <= atol + rtol |e| when ``judged``.
+    """The allowance for one output.
 
-    ``detail`` holds the inputs of the rule (k, baseline, floor, n) for the report; ``reason``
-    says why an output is not judged.
+    Max test |a - e| <= atol + rtol |e| (elementwise); when ``rms`` is set, also relative RMS error
+    <= rms, |offset| <= ``offset`` and |gain| <= ``gain`` (see module docstring).  ``judged`` False:
+    not judged, with ``reason``; ``judgeable`` False additionally means it counts against the verdict
+    unless covered by isolated stages.  ``detail`` holds the inputs of the rule for the report.
     """
 
     atol: float | None
@@ -69,11 +125,16 @@ class Allowance:
     detail: Mapping[str, Any]
     judged: bool = True
     reason: str = ""
+    rms: float | None = None
+    offset: float | None = None
+    gain: float | None = None
+    judgeable: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return {"atol": self.atol, "rtol": self.rtol, "rule": self.rule, "detail": dict(self.detail),
-                "judged": self.judged, "reason": self.reason}
+                "judged": self.judged, "reason": self.reason, "rms": self.rms, "offset": self.offset,
+                "gain": self.gain, "judgeable": self.judgeable}
 
 
 def unit_roundoff(dtype: str) -> float:
@@ -84,8 +145,8 @@ def unit_roundoff(dtype: str) -> float:
 def inner_dimension(case: Any) -> int:
     """n: an upper bound on the length of the dot products and sums a stage of ``case`` evaluates.
 
-    Model cases: the largest of d_model, dff, A_dff, A_dff_depth and the sequence length; op cases:
-    the largest dimension of any input tensor (at least 1).
+    Model cases: the largest of d_model, dff, A_dff, A_dff_depth, d_k and every input dimension; op
+    cases: the largest dimension of any input tensor (at least 1).
     """
     dims = [1]
     c = getattr(case, "config", None)
@@ -97,12 +158,19 @@ def inner_dimension(case: Any) -> int:
 
 
 def k_factor(dtype: str, n: int) -> float:
-    """k of the rule for ``dtype`` and inner dimension ``n`` (see module docstring)."""
+    """k of the max test for ``dtype`` and inner dimension ``n`` (see module docstring)."""
     if dtype in ("bfloat16", "float16"):
         return K_HALF
     if dtype == "float32":
         return max(K_MIN, K_SQRT * math.sqrt(n))
-    raise ValueError(f"no k x baseline rule for dtype {dtype!r} (float64 uses the case tolerance)")
+    raise ValueError(f"no naive-run rule for dtype {dtype!r} (float64 uses the case tolerance)")
+
+
+def whole_tensor_factor(dtype: str) -> float:
+    """Multiplier of the relative-RMS, offset and gain tests: :data:`F32_FACTOR` for float32 (a float32 kernel
+    rounds after every operation and accumulates in float32, the naive run rounds once per stage), 1 for the
+    16-bit dtypes (mixed-precision kernels run their internal operations in float32)."""
+    return F32_FACTOR if dtype == "float32" else 1.0
 
 
 def float64_allowance(case: Any, name: str) -> Allowance:
@@ -112,118 +180,145 @@ def float64_allowance(case: Any, name: str) -> Allowance:
     src = per if per is not None else tol
     if "atol" not in src and "rtol" not in src:
         return Allowance(None, 0.0, RULE_NOT_APPLICABLE, {}, judged=False,
-                         reason=f"case {case.name} gives no float64 tolerance for {name!r}")
+                         reason=f"case {getattr(case, 'name', '?')} gives no float64 tolerance for {name!r}")
     atol, rtol = float(src.get("atol", 0.0)), float(src.get("rtol", 0.0))
     return Allowance(atol, rtol, RULE_FLOAT64, {"atol": atol, "rtol": rtol, "tier": getattr(case, "tier", "")})
 
 
-def baseline_allowance(dtype: str, golden: np.ndarray, baseline_max_abs: float | None, n: int,
-                       *, source: str) -> Allowance:
-    """atol = k x baseline + FLOOR_UNITS u max|golden| (rtol 0); not judged if the baseline is None (non-finite)."""
-    if baseline_max_abs is None:
-        return Allowance(None, 0.0, RULE_NOT_APPLICABLE, {"baseline": None, "source": source}, judged=False,
-                         reason=f"the naive {dtype} run of the reference is non-finite on this output "
-                                f"({dtype} cannot represent the case)")
+def _scale(golden: np.ndarray) -> float:
     g = np.asarray(golden, dtype=np.float64)
     fin = np.isfinite(g)
-    scale = float(np.max(np.abs(g[fin]))) if fin.any() else 0.0
-    k = k_factor(dtype, n)
-    floor = FLOOR_UNITS * unit_roundoff(dtype) * scale
-    atol = k * float(baseline_max_abs) + floor
-    return Allowance(atol, 0.0, RULE_BASELINE, {"k": k, "n": n, "baseline": float(baseline_max_abs),
-                                                "floor": floor, "source": source})
+    return float(np.max(np.abs(g[fin]))) if fin.any() else 0.0
 
 
-def output_allowance(case: Any, name: str, dtype: str, golden: np.ndarray, baseline: float | str | None,
-                     *, source: str = "case.json") -> Allowance:
+def baseline_allowance(dtype: str, golden: np.ndarray, baseline: NaiveStats | float | None, n: int,
+                       *, source: str, single_stage: bool = False, chain: bool = False) -> Allowance:
+    """The four-test allowance from the naive run's statistics (a bare float: its max error only).
+
+    Not judged if the naive run is non-finite or the max-test allowance exceeds
+    :data:`MAX_ALLOWANCE_FRACTION` of the output's scale (``not_applicable`` for single-stage kinds,
+    ``not_judgeable`` otherwise).
+    """
+    stats = baseline if isinstance(baseline, NaiveStats) or baseline is None else NaiveStats(float(baseline))
+    scale = _scale(golden)
+    label = RULE_NOT_APPLICABLE if single_stage else RULE_NOT_JUDGEABLE
+    if stats is None or stats.max_abs is None:
+        return Allowance(None, 0.0, label, {"baseline": None, "source": source}, judged=False,
+                         judgeable=single_stage,
+                         reason=f"the naive {dtype} run of the reference is non-finite on this output "
+                                f"({dtype} cannot carry the case)")
+    u = unit_roundoff(dtype)
+    f = CHAIN_FACTORS[dtype] if chain else 1.0
+    k = f * k_factor(dtype, n)
+    floor = FLOOR_UNITS * u * scale
+    atol = k * float(stats.max_abs) + floor
+    rho = max(stats.rms_rel, u)
+    noise = rho / math.sqrt(max(stats.n, 1))
+    detail = {"k": k, "n": n, "chain": chain, "baseline": float(stats.max_abs), "naive_rms_rel": stats.rms_rel,
+              "naive_offset": stats.offset, "naive_gain": stats.gain, "elements": stats.n, "floor": floor,
+              "scale": scale, "kappa": float(stats.max_abs) / (u * scale) if scale > 0 else 0.0, "source": source}
+    w = (WHOLE_CHAIN_FACTORS[dtype] if chain else 1.0) * whole_tensor_factor(dtype)
+    rms = w * K_RMS * rho
+    if scale > 0 and (rms > MAX_ALLOWANCE_FRACTION or atol > MAX_ABS_FRACTION * scale):
+        return Allowance(atol, 0.0, label, detail, judged=False, judgeable=single_stage, rms=rms,
+                         reason=f"allowance (relative RMS {rms:.1%}, max {atol / scale:.1%} of the scale) exceeds "
+                                f"{MAX_ALLOWANCE_FRACTION:.0%} RMS / {MAX_ABS_FRACTION:.0%} max (naive {dtype} "
+                                f"error: RMS {stats.rms_rel:.1%}, max {stats.max_abs / scale:.1%}): {dtype} cannot "
+                                "resolve this output" + ("" if single_stage else " end to end"))
+    return Allowance(atol, 0.0, RULE_BASELINE, detail, rms=rms,
+                     offset=w * (K_BIAS * (abs(stats.offset) + noise) + BIAS_FLOOR * rho),
+                     gain=w * (K_BIAS * (abs(stats.gain) + noise) + BIAS_FLOOR * rho))
+
+
+def output_allowance(case: Any, name: str, dtype: str, golden: np.ndarray, baseline: NaiveStats | float | str | None,
+                     *, source: str = "naive run") -> Allowance:
     """The allowance for output ``name`` of ``case`` computed in ``dtype``.
 
-    ``baseline``: the naive-run max abs error in ``dtype`` (float), None when non-finite, or the
-    string ``"missing"`` when no baseline exists (then the output is not judged, with that reason).
+    ``baseline``: the naive run's statistics (or its max error as a float), None when non-finite, or a
+    string saying why no naive run exists (then the output is not judgeable, with that reason).
     """
     numpy_dtype(dtype)
-    if np.asarray(golden).dtype == np.bool_:
+    g = np.asarray(golden)
+    if g.dtype.kind in "biu":
         return Allowance(0.0, 0.0, RULE_EXACT, {})
     if dtype == "float64":
         return float64_allowance(case, name)
+    single = getattr(case, "kind", None) in SINGLE_STAGE_KINDS
     if isinstance(baseline, str):
-        return Allowance(None, 0.0, RULE_NOT_APPLICABLE, {"source": source}, judged=False,
-                         reason=f"no {dtype} baseline for {name!r} ({baseline})")
-    return baseline_allowance(dtype, golden, baseline, inner_dimension(case), source=source)
+        return Allowance(None, 0.0, RULE_NOT_APPLICABLE if single else RULE_NOT_JUDGEABLE, {"source": source},
+                         judged=False, judgeable=single, reason=f"no {dtype} naive run for {name!r} ({baseline})")
+    return baseline_allowance(dtype, golden, baseline, inner_dimension(case), source=source, single_stage=single,
+                              chain=not single)
 
 
 def round_to(dtype: str, x: np.ndarray) -> np.ndarray:
-    """``x`` rounded to ``dtype`` and widened back to float64 (non-float arrays pass through)."""
+    """``x`` rounded to ``dtype`` (range-aware, :func:`pldr_ref.fixtures.baselines.storage_round`) and widened
+    back to float64; non-float arrays pass through."""
+    from pldr_ref.fixtures.baselines import storage_round
+
     a = np.asarray(x)
     if a.dtype.kind != "f":
         return a
-    with np.errstate(over="ignore", invalid="ignore"):
-        return a.astype(numpy_dtype(dtype)).astype(np.float64)
+    if dtype == "float64":
+        return a.astype(np.float64)
+    return storage_round(a, numpy_dtype(dtype))
+
+
+def naive_stats(golden: np.ndarray, naive: np.ndarray) -> NaiveStats:
+    """:class:`NaiveStats` of ``naive`` against ``golden`` (max_abs None if the naive value is non-finite
+    where the golden one is finite, or has a different non-finite class)."""
+    g = np.asarray(golden, dtype=np.float64)
+    r = np.asarray(naive, dtype=np.float64)
+    if g.shape != r.shape:
+        return NaiveStats(None)
+    fin = np.isfinite(g)
+    if np.any(fin & ~np.isfinite(r)) or np.any(~fin & ~((r == g) | (np.isnan(r) & np.isnan(g)))):
+        return NaiveStats(None)
+    if not fin.any():
+        return NaiveStats(0.0)
+    d = r[fin] - g[fin]
+    gf = g[fin]
+    n = int(gf.size)
+    scale = float(np.max(np.abs(gf)))
+    if scale == 0.0:
+        return NaiveStats(float(np.max(np.abs(d))), 0.0, 0.0, 0.0, n)
+    gs, ds = gf / scale, d / scale  # scaled: no overflow in the sums of squares
+    gg = float(np.dot(gs, gs))
+    return NaiveStats(float(np.max(np.abs(d))), float(np.linalg.norm(ds)) / math.sqrt(gg),
+                      float(np.mean(ds)) / math.sqrt(gg / n), float(np.dot(ds, gs)) / gg, n)
 
 
 def naive_error(golden: np.ndarray, naive: np.ndarray) -> float | None:
-    """max |naive - golden| over the golden's finite entries; None if the naive value is non-finite there
-    (or has a different non-finite class)."""
-    g = np.asarray(golden, dtype=np.float64)
-    r = np.asarray(naive, dtype=np.float64)
-    fin = np.isfinite(g)
-    if np.any(fin & ~np.isfinite(r)) or np.any(~fin & ~((r == g) | (np.isnan(r) & np.isnan(g)))):
-        return None
-    if not fin.any():
-        return 0.0
-    return float(np.max(np.abs(r[fin] - g[fin])))
+    """max |naive - golden| over the golden's finite entries; None if the naive value is non-finite there."""
+    return naive_stats(golden, naive).max_abs
 
 
-#: Op kinds that are one stage of the forward map (their naive run is: round inputs, compute, round).
-SINGLE_STAGE_KINDS = ("sigmoid", "silu", "iswiglu", "layer_norm", "linear", "glu", "apply_rope", "density_operator",
-                      "cumulative_density_operator", "metric_tensor", "potential_tensor", "energy_curvature",
-                      "attention_scores", "causal_padding_mask", "apply_mask", "masked_softmax", "mix_values",
-                      "embedding", "lm_head", "residual_unit", "metric_learner_v500", "metric_learner_v900")
+def naive_outputs(case: Any, dtype: str) -> dict[str, np.ndarray] | None:
+    """The naive ``dtype`` run of ``case`` by output name (None when the case has no float64 runner).
 
-
-def stored_baselines(case: Any, dtype: str) -> dict[str, float | None] | None:
-    """``case.baselines[dtype]`` as {output: max_abs or None (non-finite)}; None when absent."""
-    table = (getattr(case, "baselines", None) or {}).get(dtype)
-    if not table:
-        return None
-    out: dict[str, float | None] = {}
-    for name, metrics in table.items():
-        out[name] = None if metrics.get("max_abs") is None else float(metrics["max_abs"])
-    return out
-
-
-def computed_baselines(case: Any, dtype: str) -> dict[str, float | None] | None:
-    """Naive-run baselines computed now, for kinds whose cases store none.  Op cases (one stage):
-    inputs and parameters rounded to ``dtype``, the float64 runner, the output rounded; model and
-    layer cases: :func:`pldr_ref.fixtures.baselines.baseline_outputs`.  None for other kinds (a
-    single rounding of their inputs would not bound a multi-stage run)."""
+    Op cases: inputs and parameters rounded, the float64 runner, outputs rounded.  Other kinds:
+    :func:`pldr_ref.fixtures.baselines.baseline_outputs` (stage-by-stage rounding for model and layer
+    cases, rounded inputs and parameters per call and step for cache and scoring cases).
+    """
+    from pldr_ref.fixtures.baselines import PRECISIONS, baseline_outputs
     from pldr_ref.fixtures.runners import RUNNERS
 
-    if case.kind in ("forward", "decoder_layer"):
-        return _model_baselines(case, dtype)
-    if case.kind not in RUNNERS or case.kind not in SINGLE_STAGE_KINDS:
+    if case.kind not in RUNNERS:
         return None
-    inputs = {k: round_to(dtype, v) for k, v in case.inputs.items()}
-    params = _rounded_params(case.params, dtype)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if case.kind in SINGLE_STAGE_KINDS:
+            inputs = {k: round_to(dtype, v) for k, v in case.inputs.items()}
+            try:
+                run = RUNNERS[case.kind](case.config, _rounded_params(case.params, dtype), case.args, inputs)
+            except (FloatingPointError, OverflowError, ValueError):
+                return {}
+            return {k: round_to(dtype, v) for k, v in run.items()}
+        if case.params is None:
+            return None
         try:
-            run = RUNNERS[case.kind](case.config, params, case.args, inputs)
+            return baseline_outputs(case.kind, case.params, case.args, case.inputs, PRECISIONS[dtype])
         except (FloatingPointError, OverflowError, ValueError):
-            return {name: None for name in case.outputs}
-    return {name: naive_error(g, round_to(dtype, run[name])) if name in run else None
-            for name, g in case.outputs.items()}
-
-
-def _model_baselines(case: Any, dtype: str) -> dict[str, float | None] | None:
-    if case.kind not in ("forward", "decoder_layer") or case.params is None:
-        return None
-    from pldr_ref.fixtures.baselines import PRECISIONS, baseline_outputs
-
-    try:
-        run = baseline_outputs(case.kind, case.params, case.args, case.inputs, PRECISIONS[dtype])
-    except (OverflowError, ValueError):
-        return None
-    return {name: naive_error(g, run[name]) if name in run else None for name, g in case.outputs.items()}
+            return {}
 
 
 def _rounded_params(params: Any, dtype: str) -> Any:
@@ -231,18 +326,34 @@ def _rounded_params(params: Any, dtype: str) -> Any:
         return None
     from pldr_ref.params import Params
 
-    try:
-        return Params(params.config, {k: round_to(dtype, v) for k, v in params.items()})
-    except ValueError:  # a parameter overflows the dtype
-        return params
+    return Params(params.config, {k: round_to(dtype, v) for k, v in params.items()})
 
 
-def case_baselines(case: Any, dtype: str) -> tuple[dict[str, float | None] | None, str]:
-    """(baselines by output, source): stored in ``case.json`` when present, else computed now."""
+#: Largest finite float32 magnitude: the widest format of any mixed-precision backend below float64.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def beyond_float32(case: Any) -> str | None:
+    """The name of a float input or golden output of ``case`` holding a finite value beyond the float32 range
+    (e.g. a finfo(float64).min mask, sigmoid inputs of 1e150), else None."""
+    for label, tensors in (("input", case.inputs), ("output", case.outputs)):
+        for name, v in tensors.items():
+            a = np.asarray(v)
+            if a.dtype.kind == "f" and np.any(np.isfinite(a) & (np.abs(a) > FLOAT32_MAX)):
+                return f"{label} {name!r}"
+    return None
+
+
+def case_baselines(case: Any, dtype: str) -> tuple[dict[str, NaiveStats] | None, str]:
+    """(naive-run statistics by output, source) of ``case`` in ``dtype``; (None, "none") for float64 or a
+    case without a naive run.  Outputs the naive run does not produce are absent (not judgeable)."""
     if dtype == "float64":
         return None, "none"
-    stored = stored_baselines(case, dtype)
-    if stored is not None:
-        return stored, "case.json"
-    computed = computed_baselines(case, dtype)
-    return computed, "computed (naive run)" if computed is not None else "none"
+    wide = beyond_float32(case)
+    if wide:
+        return {}, f"{wide} holds finite values beyond the float32 range: no backend below float64 can carry it"
+    run = naive_outputs(case, dtype)
+    if run is None:
+        return None, "none"
+    source = "naive run (one stage)" if case.kind in SINGLE_STAGE_KINDS else "naive run (whole case)"
+    return {name: naive_stats(g, run[name]) for name, g in case.outputs.items() if name in run}, source

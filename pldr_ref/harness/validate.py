@@ -1,30 +1,49 @@
 """Validate a backend on golden cases: end-to-end comparison of every output, stage isolation,
 and a verdict per case and dtype.
 
-Case status: ``pass`` (every judged output and isolated stage within its allowance), ``fail``
-(an output or a stage outside it, or a required output missing), ``unsupported`` (the backend
-declares it cannot run the case in that dtype, or raised :class:`Unsupported`), ``error`` (the
-backend crashed), ``not_applicable`` (nothing could be judged, e.g. the dtype cannot represent
-the case).  Nothing is skipped silently: every case x dtype gets exactly one status.
+Case status: ``pass`` (every judged output and isolated stage within its allowance, and every
+not-judgeable output covered by passing isolated stages), ``fail`` (an output or a stage outside
+it, or a required output missing), ``not_judgeable`` (some output's allowance would exceed the
+stated fraction of its scale in this dtype and no passing isolated stage covers it: counts against
+the verdict), ``unsupported`` (the backend declares it cannot run the case in that dtype, or raised
+:class:`Unsupported`), ``error`` (the backend crashed, exited, hung past the time limit or returned
+something that is not a dict of arrays), ``not_applicable`` (nothing could be judged: the dtype
+cannot represent a single-stage case).  Nothing is skipped silently: every case x dtype gets exactly
+one status.  Backends receive read-only copies of the case's tensors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
+import signal
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-import numpy as np
-
-from pldr_ref.harness.localize import OutputResult, StageResult, first_failing_stage, isolate_stages, judge
-from pldr_ref.harness.protocol import Unsupported, primary_outputs, unsupported_reason
+from pldr_ref.harness.localize import (
+    OutputResult,
+    StageResult,
+    first_failing_stage,
+    isolate_stages,
+    judge,
+    read_only,
+    unrepresentable_stage,
+)
+from pldr_ref.harness.protocol import CaseTimeout, Unsupported, primary_outputs, unsupported_reason
 from pldr_ref.harness.tolerance import case_baselines, output_allowance
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.stages import stage_of_output
 
-CASE_STATUSES = ("pass", "fail", "error", "unsupported", "not_applicable")
+CASE_STATUSES = ("pass", "fail", "error", "not_judgeable", "unsupported", "not_applicable")
+
+#: Statuses that make a run fail (exit status 1).
+FAILING_STATUSES = ("fail", "error", "not_judgeable")
+
+#: Default per-case time limit in seconds (``--timeout``): generous, a hang is what it catches.
+DEFAULT_TIMEOUT_S = 600.0
 
 _PREFIX = re.compile(r"^(prefill\.|steps\.(\d+)\.)")
 _GROUP_RANK = {"": 0, "prefill": 0, "steps": 1, "kv_cache": 2, "g_cache": 3}
@@ -58,6 +77,12 @@ class CaseResult:
 
 def output_stage(case: Any, name: str) -> str | None:
     """The forward stage that produces output ``name`` (from case.json when recorded, else from its name)."""
+    kind = getattr(case, "kind", "")
+    if kind.startswith("scoring_"):  # scores are not forward stages: label them with the scoring semantics
+        return kind
+    head = name.split(".", 1)[0]
+    if head in ("kv_cache", "g_cache"):
+        return head
     info = (getattr(case, "meta", None) or {}).get("outputs", {}).get(name) or {}
     if info.get("stage"):
         return str(info["stage"])
@@ -98,7 +123,7 @@ def trace_sort_key(name: str) -> tuple:
     return (_GROUP_RANK.get(group, 9), step, inner)
 
 
-def compare_outputs(backend: Any, case: Any, dtype: str, produced: dict[str, np.ndarray]) -> list[OutputResult]:
+def compare_outputs(backend: Any, case: Any, dtype: str, produced: Mapping[str, Any]) -> list[OutputResult]:
     """End-to-end verdict on every golden output of ``case`` (forward order)."""
     full_trace = backend.capabilities().full_trace
     required = set(primary_outputs(case))
@@ -107,7 +132,7 @@ def compare_outputs(backend: Any, case: Any, dtype: str, produced: dict[str, np.
     for name in sorted(case.outputs, key=trace_sort_key):
         want = case.outputs[name]
         stage = output_stage(case, name)
-        if name not in produced:
+        if name not in produced or produced[name] is None:
             if full_trace or name in required:
                 results.append(OutputResult(name, stage, "missing", None, None, note="not returned by the backend"))
             else:
@@ -117,47 +142,123 @@ def compare_outputs(backend: Any, case: Any, dtype: str, produced: dict[str, np.
         if dtype == "float64":
             base: Any = None
         elif baselines is None:
-            base = "none stored or computable for this case kind"
+            base = "none computable for this case kind"
         else:
-            base = baselines.get(name, "no entry for this output")
+            base = baselines.get(name, "the naive run does not produce this output" if baselines else source)
         allow = output_allowance(case, name, dtype, want, base, source=source)
         results.append(judge(name, stage, want, produced[name], dtype, allow))
     return results
 
 
+def _layer_of(name: str) -> int | None:
+    m = re.search(r"(?:^|\.)layers\.(\d+)\.", name)
+    return int(m.group(1)) if m else None
+
+
+def covered(output: OutputResult, stages: list[StageResult]) -> bool:
+    """True if the isolated stage producing ``output`` and every isolated stage before it passed."""
+    if not stages or output.stage is None or output.name.startswith(("steps.", "kv_cache.", "g_cache.")):
+        return False
+    layer = _layer_of(output.name)
+    key = (output.stage, layer)
+    if output.name.rsplit(".", 1)[-1] == "x":  # a layer's input is the previous layer's output (or x0)
+        key = ("input_norm", None) if not layer else ("post_ffn_norm", layer - 1)
+    for st in stages:
+        if st.status != "pass":
+            return False
+        if (st.stage, st.layer) == key:
+            return True
+    return False
+
+
 def case_status(outputs: Iterable[OutputResult], stages: Iterable[StageResult], primary: Iterable[str]) -> str:
-    """fail if any output or isolated stage fails; else pass if a primary output (the logits, the
-    layer output or an op's result) was judged and passed; else not_applicable."""
+    """fail if any output or isolated stage fails; else not_judgeable if a primary output (the logits of every
+    call, the layer output, a score) is not judgeable and not :func:`covered`; else pass if a primary output
+    was judged and passed, or is covered; else not_applicable.  A not-judgeable intermediate is reported as
+    such (never as a pass) but the verdict rests on the primary outputs."""
     outputs = list(outputs)
+    stages = list(stages)
+    wanted = set(primary)
     out_status = {o.status for o in outputs}
     stage_status = {s.status for s in stages}
     if out_status & {"fail", "missing"} or stage_status & {"fail", "error"}:
         return "fail"
-    wanted = set(primary)
-    if any(o.status == "pass" and o.name in wanted for o in outputs):
+    if any(o.status == "not_judgeable" and o.name in wanted and not covered(o, stages) for o in outputs):
+        return "not_judgeable"
+    if any(o.name in wanted and (o.status == "pass" or (o.status == "not_judgeable" and covered(o, stages)))
+           for o in outputs):
         return "pass"
     return "not_applicable"
 
 
+def _neighbours(stages: list[StageResult], i: int) -> str:
+    prev = stages[i - 1].label if i > 0 else "the inputs"
+    nxt = stages[i + 1].label if i + 1 < len(stages) else "the outputs"
+    return f"{prev} -> {stages[i].label} -> {nxt}"
+
+
 def describe_first_failure(outputs: list[OutputResult], stages: list[StageResult]) -> dict[str, Any] | None:
-    """The first failing isolated stage (forward order), else the first failing end-to-end output."""
+    """The first failing isolated stage (forward order), else the first failing end-to-end output; when that
+    output's stage passes in isolation the note says so and names the neighbouring stages (glue bug)."""
     st = first_failing_stage(stages)
     if st is not None:
         bad = next((o for o in st.outputs if o.status in ("fail", "missing")), None)
+        note = st.note or ("" if bad is None else bad.note)
         return {"stage": st.stage, "layer": st.layer, "output": None if bad is None else bad.name,
-                "found_by": "isolation", "note": st.note}
+                "found_by": "isolation", "note": note}
     bad = next((o for o in outputs if o.status in ("fail", "missing")), None)
     if bad is None:
         return None
-    layer = None
-    m = re.search(r"layers\.(\d+)\.", bad.name)
-    if m:
-        layer = int(m.group(1))
-    return {"stage": bad.stage, "layer": layer, "output": bad.name, "found_by": "end_to_end", "note": bad.note}
+    layer = _layer_of(bad.name)
+    note = bad.note
+    for i, s in enumerate(stages):
+        if s.stage == bad.stage and s.layer == layer and s.status == "pass" and not bad.name.startswith("steps."):
+            note = (f"stage correct in isolation; divergence between stages: glue, or accumulated error within "
+                    f"tolerance (neighbours: {_neighbours(stages, i)})" + (f"; {bad.note}" if bad.note else ""))
+            break
+    return {"stage": bad.stage, "layer": layer, "output": bad.name, "found_by": "end_to_end", "note": note}
 
 
-def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, timing: bool = False) -> CaseResult:
-    """Run ``case`` on ``backend`` in ``dtype`` and judge it (see module docstring)."""
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`CaseTimeout` inside the block after ``seconds`` (SIGALRM; only in the main thread of a
+    POSIX process, elsewhere no limit)."""
+    usable = (seconds is not None and seconds > 0 and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise CaseTimeout(f"ran past the per-case time limit of {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, float(seconds))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0.0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def guarded_case(case: Any) -> Any:
+    """``case`` with read-only copies of its inputs, outputs and parameters (a backend cannot alter them)."""
+    if not dataclasses.is_dataclass(case):
+        return case
+    changes: dict[str, Any] = {"inputs": read_only(case.inputs), "outputs": read_only(case.outputs)}
+    params = getattr(case, "params", None)
+    if params is not None:
+        from pldr_ref.params import Params
+
+        changes["params"] = Params(params.config, read_only(dict(params.items())))
+    return dataclasses.replace(case, **changes)
+
+
+def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, timing: bool = False,
+                  timeout: float | None = DEFAULT_TIMEOUT_S, guarded: Any = None) -> CaseResult:
+    """Run ``case`` on ``backend`` in ``dtype`` and judge it (see module docstring).  The backend sees
+    ``guarded`` (default :func:`guarded_case` of ``case``: read-only copies); ``timeout`` seconds bound its
+    calls for this case (None: no limit)."""
     t0 = time.perf_counter()
 
     def done(status: str, reason: str, outputs=(), stages=(), first=None) -> CaseResult:
@@ -165,22 +266,46 @@ def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, 
         return CaseResult(case.name, case.group, case.kind, case.tier, dtype, status, reason, tuple(outputs),
                           tuple(stages), first, secs)
 
-    why = unsupported_reason(backend, case, dtype)
+    try:
+        why = unsupported_reason(backend, case, dtype)
+    except Exception as exc:
+        return done("error", f"capabilities() failed: {type(exc).__name__}: {exc}")
     if why is not None:
         return done("unsupported", why)
+    seen = guarded if guarded is not None else guarded_case(case)
+    stages: list[StageResult] = []
     try:
-        produced = backend.run_case(case, dtype)
+        with time_limit(timeout):
+            produced = backend.run_case(seen, dtype)
+            if not isinstance(produced, Mapping):
+                return done("error", f"run_case returned {type(produced).__name__}, expected a dict of arrays")
+            outputs = compare_outputs(backend, case, dtype, produced)
+            if isolate:
+                stages = isolate_stages(backend, seen, dtype)
     except Unsupported as exc:
         return done("unsupported", str(exc))
-    except Exception as exc:  # a crash of the backend is a verdict
-        return done("error", f"{type(exc).__name__}: {exc}")
-    outputs = compare_outputs(backend, case, dtype, produced)
-    stages = isolate_stages(backend, case, dtype) if isolate else []
+    except CaseTimeout as exc:
+        return done("error", f"timeout: the backend {exc}", stages=stages)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a crash or exit of the backend is a verdict (SystemExit included)
+        return done("error", f"{type(exc).__name__}: {exc}", stages=stages)
     status = case_status(outputs, stages, primary_outputs(case))
+    if status == "not_judgeable":
+        bad_stage = unrepresentable_stage(case, dtype)
+        if bad_stage is not None:
+            return done("not_applicable", f"{dtype} cannot represent stage {bad_stage}: the case is judged in "
+                                          "float64 only (NaN/inf outputs still fail)", outputs, stages)
     first = describe_first_failure(outputs, stages) if status == "fail" else None
     if status == "fail":
-        reason = f"first failure at stage {first['stage']}" + (f" (layer {first['layer']})"
-                                                                 if first["layer"] is not None else "")
+        where = first["stage"] or first["output"] or "?"
+        reason = f"first failure at stage {where}" + (f" (layer {first['layer']})" if first["layer"] is not None
+                                                     else "")
+    elif status == "not_judgeable":
+        wanted = set(primary_outputs(case))
+        bad = [o for o in outputs if o.status == "not_judgeable" and o.name in wanted and not covered(o, stages)]
+        reason = (f"{len(bad)} primary output(s) not judgeable in {dtype} and not covered by passing isolated stages "
+                  f"(first: {bad[0].name}: {bad[0].note})")
     elif status == "not_applicable":
         reason = "the primary outputs could not be judged in this dtype (see the outputs' notes)"
     else:
@@ -189,14 +314,20 @@ def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, 
 
 
 def validate(backend: Any, cases: Iterable[Any], dtypes: Iterable[str], *, isolate: bool = True,
-             timing: bool = False, progress: Any = None) -> list[CaseResult]:
+             timing: bool = False, progress: Any = None, timeout: float | None = DEFAULT_TIMEOUT_S
+             ) -> list[CaseResult]:
     """:func:`validate_case` for every case x dtype (dtype-major order)."""
     cases = list(cases)
+    guarded: dict[int, Any] = {}
     results = []
     for dtype in dtypes:
         for case in cases:
-            r = validate_case(backend, case, dtype, isolate=isolate, timing=timing)
+            if id(case) not in guarded:
+                guarded[id(case)] = guarded_case(case)
+            r = validate_case(backend, case, dtype, isolate=isolate, timing=timing, timeout=timeout,
+                              guarded=guarded[id(case)])
             if progress is not None:
                 progress(r)
             results.append(r)
     return results
+

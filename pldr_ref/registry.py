@@ -1,0 +1,210 @@
+"""The one declarative registry of the forward map's stages and of the fixture kinds (ops).
+
+A stage: name, the golden upstream values it reads (``inputs``), the trace entries it writes
+(``outputs``), its float64 function, its equation and paper / Lean reference.  An op (fixture kind):
+name, input tensors, scalar arguments, outputs, its float64 function (when it is one public function),
+the forward stage it implements, the names of its float64 runner (:mod:`pldr_ref.fixtures.runners`)
+and exact runner (:mod:`pldr_ref.fixtures.exact_tier`, :mod:`pldr_ref.exact.op_api`), and its reference.
+
+Every other table derives from here: ``pldr_ref.stages.FORWARD_STAGES`` / ``STRUCTURE_STAGES`` /
+``OP_FUNCTIONS``, ``pldr_ref.harness.localize.STAGE_INPUTS``, the torch backend's ``STAGE_NAMES``,
+``OP_KINDS`` and ``SCORING_KINDS``, ``pldr_ref.harness.tolerance.SINGLE_STAGE_KINDS``, the float64
+runner table ``pldr_ref.fixtures.runners.RUNNERS`` (by runner name) and the exact-tier table
+``pldr_ref.fixtures.exact_tier.EXACT_RUNNERS`` (exact op called with the registry's inputs and arguments);
+``exact.op_api.OPS`` is checked against it (``tests/test_harness_registry.py``).  Adding a stage or an op is
+one entry here plus its functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from pldr_ref import activations, attention, density, glu, layer, metric_learner, model, norms, plga, rope
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage of the forward map.
+
+    name: stable identifier; function: the pldr_ref function computing it; outputs: trace names it
+    produces (per layer unless ``per_layer`` is False); equation: the math; paper: section/equation;
+    lean: Lean file(s) whose lemmas constrain it; inputs: the golden upstream values an isolated run of
+    the stage is guaranteed to receive (``mask``, ``positions`` and ``gram_offset`` are added when the case
+    has them).
+    """
+
+    name: str
+    function: Callable[..., object]
+    outputs: tuple[str, ...]
+    equation: str
+    paper: str
+    lean: str = ""
+    per_layer: bool = True
+    inputs: tuple[str, ...] = ()
+
+
+#: Structure checked exactly by the harness before the numeric stages (not trace entries of the golden
+#: cases): positions and the causal + padding mask of a model call.
+STRUCTURE_STAGES: tuple[Stage, ...] = (
+    Stage("sequence_mask", model.sequence_mask, ("positions", "mask"),
+          "positions = start_pos + [0..S); M[b,0,i,j] = j > i or key j padding (exact)", "spec §7.1-§7.2",
+          per_layer=False, inputs=("token_ids",)),
+)
+
+#: The numeric stages in forward order.
+FORWARD_STAGES: tuple[Stage, ...] = (
+    Stage("embedding", model.embed, ("embed",), "X0 = E[x] * sqrt(d)", "spec §2.1", per_layer=False,
+          inputs=("token_ids",)),
+    Stage("input_norm", norms.layer_norm, ("x0",), "X0 <- LN(X0), eps = 1e-6", "spec §2.2", "LayerNorm",
+          per_layer=False, inputs=("embed",)),
+    Stage("qkv_projection", glu.linear, ("q", "k", "v"), "Q = X Wq^T + bq (same for K, V), split heads",
+          "spec §2.4.1-2", inputs=("x",)),
+    Stage("rope", rope.apply_rope, ("q_rot", "k_rot"), "y = R_p x (interleaved or half pairs)",
+          "Def. 4.3, spec §2.4.3", "RoPE", inputs=("q", "k", "positions")),
+    Stage("density_operator", density.density_operator, ("A0",), "A0 = Q~^T Q~", "eq. 3.2",
+          "DensityOperator", inputs=("q_rot",)),
+    Stage("metric_learner", metric_learner.metric_learner, ("A",), "A = Res_R(...Res_1(LN(A0)))",
+          "eq. 3.3, Prop. 3.11", "LayerNorm, Contraction", inputs=("A0",)),
+    Stage("metric_tensor", plga.metric_tensor, ("A_LM",), "A_LM = iSwiGLU(W A + b) + eps_adj", "eq. 3.4, Prop. 3.7",
+          "ISwiGLU, HadamardPower", inputs=("A",)),
+    Stage("potential_tensor", plga.potential_tensor, ("A_P",), "A_P = A_LM^(o P)", "eq. 3.5", "HadamardPower",
+          inputs=("A_LM",)),
+    Stage("energy_curvature", plga.energy_curvature, ("G_LM",), "G_LM = a A_P + b_a", "eq. 3.6", "RankOne",
+          inputs=("A_P",)),
+    Stage("attention_scores", attention.attention_scores, ("scores",), "Sc = Q~ G_LM K~^T / sqrt(d_k)", "eq. 3.7",
+          "RoPE (commutant)", inputs=("q_rot", "G_LM", "k_rot")),
+    Stage("masked_softmax", attention.masked_softmax, ("E",), "E = softmax_j(Sc + mask)", "eq. 3.8", "Softmax",
+          inputs=("scores",)),
+    Stage("value_mix", attention.mix_values, ("ctx",), "Z = E V, merge heads", "eq. 3.9", inputs=("E", "v")),
+    Stage("output_projection", glu.linear, ("attn_out",), "Y = Z Wo^T + bo", "spec §2.4.10", inputs=("ctx",)),
+    Stage("post_attention_norm", norms.layer_norm, ("out1",), "O1 = LN1(Y + X)", "spec §2.3", "LayerNorm",
+          inputs=("attn_out", "x")),
+    Stage("ffn", glu.glu, ("ffn_out",), "FFN = W3(silu(W1 z + b1) * (W2 z + b2)) + b3", "spec §2.3",
+          inputs=("out1",)),
+    Stage("post_ffn_norm", norms.layer_norm, ("out2",), "O2 = LN2(FFN(O1) + O1)", "spec §2.3", "LayerNorm",
+          inputs=("ffn_out", "out1")),
+    Stage("lm_head", model.lm_head, ("logits",), "logits = X^L Wout^T + bout", "spec §2.5", per_layer=False,
+          inputs=("hidden",)),
+)
+
+#: Every stage the harness can isolate, in the order it walks them.
+ALL_STAGES: tuple[Stage, ...] = (*STRUCTURE_STAGES, *FORWARD_STAGES)
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """One fixture kind.
+
+    name: the kind; category: ``op`` (one stage), ``layer``, ``model``, ``cache`` or ``scoring``;
+    inputs: input tensors (a trailing ``?`` marks an optional one); args: scalar arguments; outputs: output
+    names (``out`` for op cases; trace-shaped kinds list their leading names); function: the public float64
+    function it evaluates (None when it is a composition); stage: the forward stage it implements;
+    runner: name of its float64 runner in :mod:`pldr_ref.fixtures.runners`; exact: name of its exact op in
+    :data:`pldr_ref.exact.op_api.OPS` (``"runner"``: an exact-tier runner of its own, None: no exact tier);
+    reference: paper / Lean reference.
+    """
+
+    name: str
+    category: str
+    inputs: tuple[str, ...]
+    runner: str
+    function: Callable[..., object] | None = None
+    stage: str | None = None
+    args: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ("out",)
+    exact: str | None = None
+    reference: str = ""
+
+    @property
+    def single_stage(self) -> bool:
+        """True for the op category (one stage: its naive run rounds inputs once)."""
+        return self.category == "op"
+
+
+OPS: tuple[Op, ...] = (
+    Op("sigmoid", "op", ("z",), "run_sigmoid", activations.sigmoid, exact="sigmoid", reference="spec §2.3"),
+    Op("silu", "op", ("z",), "run_silu", activations.silu, "ffn", exact="silu", reference="spec §2.3"),
+    Op("iswiglu", "op", ("z",), "run_iswiglu", activations.iswiglu, "metric_tensor", exact="iswiglu",
+       reference="eq. 3.4; Lean ISwiGLU"),
+    Op("layer_norm", "op", ("x", "gamma", "beta"), "run_layer_norm", norms.layer_norm, "input_norm", ("eps",),
+       exact="layer_norm", reference="spec §2.2; Lean LayerNorm"),
+    Op("linear", "op", ("x", "weight", "bias?"), "run_linear", glu.linear, "qkv_projection", exact="linear",
+       reference="spec §2.4.1"),
+    Op("glu", "op", ("x", "w1", "b1?", "w2", "b2?", "w3", "b3?"), "run_glu", glu.glu, "ffn", exact="glu",
+       reference="spec §2.3"),
+    Op("apply_rope", "op", ("x", "positions"), "run_apply_rope", rope.apply_rope, "rope",
+       ("layout", "precision", "base"), exact="apply_rope", reference="Def. 4.3; Lean RoPE"),
+    Op("density_operator", "op", ("q_rot",), "run_density", density.density_operator, "density_operator",
+       exact="density_operator", reference="eq. 3.2; Lean DensityOperator"),
+    Op("cumulative_density_operator", "op", ("q_rot",), "run_cumulative_density",
+       density.cumulative_density_operator, "density_operator", exact="cumulative_density_operator",
+       reference="spec §11 (gram_mode cumulative)"),
+    Op("residual_unit", "op", ("a",), "run_residual_unit", metric_learner.residual_unit, "metric_learner",
+       ("layer", "unit"), exact="residual_unit", reference="eq. 3.3"),
+    Op("metric_learner_v500", "op", ("a0",), "run_metric_learner_v500", metric_learner.metric_learner_v500,
+       "metric_learner", ("layer",), exact="metric_learner_v500", reference="eq. 3.3, Prop. 3.11"),
+    Op("metric_learner_v900", "op", ("a0",), "run_metric_learner_v900", metric_learner.metric_learner_v900,
+       "metric_learner", ("layer",), exact="metric_learner_v900", reference="spec §11 (TF v900)"),
+    Op("metric_learner", "op", ("a0",), "run_metric_learner", None, "metric_learner", ("layer",),
+       exact="runner", reference="eq. 3.3"),
+    Op("metric_tensor", "op", ("a", "W", "b"), "run_metric_tensor", plga.metric_tensor, "metric_tensor",
+       ("eps_adj",), exact="metric_tensor", reference="eq. 3.4, Prop. 3.7"),
+    Op("potential_tensor", "op", ("a_lm", "P"), "run_potential_tensor", plga.potential_tensor, "potential_tensor",
+       exact="potential_tensor", reference="eq. 3.5; Lean HadamardPower"),
+    Op("energy_curvature", "op", ("a_p", "a", "b_a"), "run_energy_curvature", plga.energy_curvature,
+       "energy_curvature", exact="energy_curvature", reference="eq. 3.6; Lean RankOne"),
+    Op("attention_scores", "op", ("q_rot", "g_lm", "k_rot"), "run_attention_scores", attention.attention_scores,
+       "attention_scores", exact="attention_scores", reference="eq. 3.7"),
+    Op("causal_padding_mask", "op", ("query_positions", "key_positions", "key_padding?"),
+       "run_causal_padding_mask", attention.causal_padding_mask, "sequence_mask", reference="spec §7.1"),
+    Op("apply_mask", "op", ("scores", "mask"), "run_apply_mask", attention.apply_mask, "masked_softmax",
+       ("mode", "mask_value"), exact="apply_mask", reference="spec §7.2"),
+    Op("masked_softmax", "op", ("logits",), "run_masked_softmax", attention.masked_softmax, "masked_softmax",
+       exact="masked_softmax", reference="eq. 3.8; Lean Softmax"),
+    Op("mix_values", "op", ("e", "v"), "run_mix_values", attention.mix_values, "value_mix", exact="mix_values",
+       reference="eq. 3.9"),
+    Op("embedding", "op", ("token_ids",), "run_embedding", None, "embedding", exact="runner",
+       reference="spec §2.1"),
+    Op("lm_head", "op", ("hidden",), "run_lm_head", None, "lm_head", exact="runner", reference="spec §2.5"),
+    Op("decoder_layer", "layer", ("x", "positions", "mask?", "past_k?", "past_v?", "frozen_A?", "frozen_G_LM?",
+                                  "frozen_A_LM?", "frozen_A_P?", "gram_offset?"), "run_decoder_layer",
+       layer.decoder_layer, args=("layer",), outputs=("layers.{l}.*",), exact="runner", reference="spec §2.3"),
+    Op("forward", "model", ("token_ids", "attention_mask?"), "run_forward", model.forward,
+       args=("start_pos", "pad_masking"), outputs=("embed", "x0", "layers.{l}.*", "logits"), exact="runner",
+       reference="spec §2"),
+    Op("cached_generation", "cache", ("prompt_ids", "new_ids", "attention_mask?", "initial_G_LM?"),
+       "run_cached_generation", args=("mode", "step_sizes"),
+       outputs=("prefill.*", "steps.{j}.*", "steps.{j}.new_logits", "kv_cache.*", "g_cache.*"),
+       reference="spec §8"),
+    Op("scoring_blockwise", "scoring", ("token_ids",), "run_scoring_blockwise", args=("pad_id",),
+       outputs=("nll", "mask", "total", "mean", "logits"), reference="paper §4.5"),
+    Op("scoring_blockwise_hf", "scoring", ("input_ids", "labels", "attention_mask?"), "run_scoring_blockwise_hf",
+       outputs=("nll", "mask", "total", "mean"), reference="paper §4.5"),
+    Op("scoring_sequential", "scoring", ("token_ids",), "run_scoring_sequential", args=("pad_id",),
+       outputs=("nll", "mask", "total", "mean", "logits"), reference="paper §4.5"),
+    Op("scoring_one_pass", "scoring", ("context", "candidates", "candidate_lengths"), "run_scoring_one_pass",
+       outputs=("scores", "sequential_scores"), reference="paper §4.5"),
+    Op("scoring_prompt_frozen", "scoring", ("prompt_ids", "continuation"), "run_scoring_prompt_frozen",
+       args=("mode",), outputs=("logprobs",), reference="paper §4.5"),
+)
+
+#: Op name -> Op.
+OPS_BY_NAME: dict[str, Op] = {op.name: op for op in OPS}
+
+
+def op_kinds(*categories: str) -> tuple[str, ...]:
+    """Names of the ops of the given categories, in registry order."""
+    return tuple(op.name for op in OPS if op.category in categories)
+
+
+def stage(name: str) -> Stage:
+    """The stage called ``name`` (structure or numeric)."""
+    for s in ALL_STAGES:
+        if s.name == name:
+            return s
+    raise KeyError(f"unknown stage {name!r}; known: {[s.name for s in ALL_STAGES]}")
+
+
+#: Ops whose float64 function is one public pldr_ref function with an op-level fixture (``OP_FUNCTIONS``).
+OP_FUNCTIONS: dict[str, Callable[..., object]] = {op.name: op.function for op in OPS if op.function is not None}
