@@ -1,0 +1,67 @@
+"""Model section ``online``: the online-contract checks of paper §4.5 (the S = t generation contract).
+
+On the first ``online_prompts`` prompts:
+
+* historical rows after a suffix change: change the last token and compare the logits of every earlier row,
+  max |diff| / max |logits| (0 under historical-row prefix consistency; > 0 for the global Gram, whose A0 sums
+  every supplied row);
+* repeatability: the same call twice, max |diff| (0: bitwise repeatable);
+* padding at the Gram boundary: 4 appended right-padding tokens masked by an attention mask, for two padding
+  contents (pad id, random tokens): change of the final real row (``pldr_ref.inference.padding``); and
+  strip-restores: the call on the stripped row equals the unpadded call bitwise;
+* block vs sequential scoring: the blockwise row t against the final row of the prefix call on x_{0..t}
+  (max |dlogit| over rows) and the total-NLL gap |sum block NLL - sum sequential NLL| (relative).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pldr_ref.diagnostics.run import ModelRun, final_row_forward
+from pldr_ref.inference.generation import log_softmax
+from pldr_ref.inference.padding import append_right_padding, final_real_row_effect
+from pldr_ref.model import forward
+
+#: Number of appended padding tokens in the Gram-boundary check.
+PAD_LENGTH = 4
+
+
+def _nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """-log softmax(logits)[target] per row: logits [..., V], targets [...]."""
+    return -np.take_along_axis(log_softmax(logits), targets[..., None], axis=-1)[..., 0]
+
+
+def online_section(run: ModelRun) -> dict:
+    """The four contract checks (see module doc) as JSON-ready numbers."""
+    c = run.config
+    ids = run.ids[: run.options.online_prompts]
+    base = forward(run.params, ids).logits
+    changed = ids.copy()
+    changed[:, -1] = (changed[:, -1] % (c.vocab_size - 1)) + 1  # a different real token (never the pad id)
+    hist = float(np.max(np.abs(forward(run.params, changed).logits[:, :-1] - base[:, :-1])))
+    repeat = float(np.max(np.abs(forward(run.params, ids).logits - base)))
+    rng = np.random.Generator(np.random.PCG64(run.options.seed))
+    pads = {"pad_id": np.full(PAD_LENGTH, c.pad_id), "random_tokens": rng.integers(1, c.vocab_size, PAD_LENGTH)}
+    padding = {}
+    for name, p in pads.items():
+        eff = final_real_row_effect(run.params, ids, p)
+        padded, _ = append_right_padding(ids, p)
+        strip = float(np.max(np.abs(forward(run.params, padded[:, : ids.shape[1]]).logits - base)))
+        padding[name] = {"final_row_max_abs": eff.max_abs, "final_row_relative": eff.relative,
+                         "strip_restores_max_abs": strip}
+    # sequential: final row of each prefix call x_{0..t}, t = 0..T-2 (one call per row is the definition)
+    seq = np.stack([final_row_forward(run.params, ids[:, : t + 1])[0] for t in range(ids.shape[1] - 1)], axis=1)
+    block = base[:, :-1]
+    nll_b, nll_s = _nll(block, ids[:, 1:]).sum(), _nll(seq, ids[:, 1:]).sum()
+    return {
+        "n_prompts": int(ids.shape[0]),
+        "historical_rows_after_suffix_change": {"max_abs": hist, "relative": hist / float(np.max(np.abs(base)))},
+        "repeatability_max_abs": repeat,
+        "padding_at_gram_boundary": padding,
+        "block_vs_sequential": {
+            "max_abs_logit_gap": float(np.max(np.abs(block - seq))),
+            "total_nll_block": float(nll_b),
+            "total_nll_sequential": float(nll_s),
+            "relative_total_gap": float(abs(nll_b - nll_s) / abs(nll_s)),
+        },
+    }
