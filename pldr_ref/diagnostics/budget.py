@@ -53,9 +53,20 @@ def silu_derivative_envelope(u: np.ndarray) -> np.ndarray:
     return expit(u) + u / 4.0
 
 
+#: Matrices with both sides above this size get their spectral norm from Lanczos (ARPACK) instead of eigvalsh.
+LANCZOS_MIN_SIDE = 256
+
+
 def spectral_norm(w: np.ndarray) -> np.ndarray:
-    """||W||_2 per matrix [..., n, k] as sqrt(lambda_max) of the smaller Gram matrix (one eigvalsh)."""
+    """||W||_2 per matrix [..., n, k]: sqrt(lambda_max) of the smaller Gram matrix (batched eigvalsh), or for one
+    large matrix (both sides > LANCZOS_MIN_SIDE, e.g. the FFN and vocabulary weights) the largest singular value
+    from ARPACK Lanczos with a fixed start vector (deterministic, converged to machine precision)."""
     w = np.asarray(w, dtype=np.float64)
+    if w.ndim == 2 and min(w.shape) > LANCZOS_MIN_SIDE:
+        from scipy.sparse.linalg import svds
+
+        v0 = np.ones(min(w.shape)) / np.sqrt(min(w.shape))
+        return np.asarray(svds(w, k=1, v0=v0, tol=0, return_singular_vectors=False)[0])
     gram = np.matmul(w, np.swapaxes(w, -1, -2)) if w.shape[-2] <= w.shape[-1] else np.matmul(np.swapaxes(w, -1, -2), w)
     return np.sqrt(np.maximum(np.linalg.eigvalsh(gram)[..., -1], 0.0))
 

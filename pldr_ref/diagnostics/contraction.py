@@ -26,22 +26,23 @@ from pldr_ref.params import GLUParams, LayerParams, NormParams, ResUnitParams
 
 
 def glu_jvp(x: np.ndarray, t: np.ndarray, p: GLUParams) -> tuple[np.ndarray, np.ndarray]:
-    """(GLU(x), dGLU(x)[t]) for rows x [N, n] and tangents t [N, n, k] (k directions per row).
+    """(GLU(x), dGLU(x)[t]) for rows x [N, n] and tangents t [N, k, n] (k directions per row, as rows).
 
     GLU(x) = W3 (silu(z1) * z2) + b3 with z1 = W1 x + b1, z2 = W2 x + b2, silu'(z) = s(z) (1 + z (1 - s(z))):
-    d GLU = W3 (silu'(z1) z2 * W1 t + silu(z1) * W2 t).
+    d GLU = W3 (silu'(z1) z2 * W1 t + silu(z1) * W2 t).  Tangents are rows so that each weight is applied to
+    all N k directions in one GEMM (``pldr_ref.glu.linear`` without bias).
     """
     z1 = linear(x, p.w1, p.b1)
     z2 = linear(x, p.w2, p.b2)
     sig = expit(z1)
     act = z1 * sig
     dact = sig * (1.0 + z1 * (1.0 - sig))
-    th = (dact * z2)[..., None] * np.matmul(p.w1, t) + act[..., None] * np.matmul(p.w2, t)
-    return linear(act * z2, p.w3, p.b3), np.matmul(p.w3, th)
+    th = (dact * z2)[:, None, :] * linear(t, p.w1) + act[:, None, :] * linear(t, p.w2)
+    return linear(act * z2, p.w3, p.b3), linear(th, p.w3)
 
 
 def layer_norm_jvp(x: np.ndarray, t: np.ndarray, norm: NormParams, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """(LN(x), dLN(x)[t]) for rows x [N, n], tangents t [N, n, k].
+    """(LN(x), dLN(x)[t]) for rows x [N, n], tangents t [N, k, n].
 
     With xc = x - mean(x), s = (var + eps)^(-1/2) and tc = t - mean(t):
     dLN = gamma * s * (tc - xc s^2 (xc . tc) / n).
@@ -49,19 +50,20 @@ def layer_norm_jvp(x: np.ndarray, t: np.ndarray, norm: NormParams, eps: float) -
     n = x.shape[-1]
     xc = x - x.mean(axis=-1, keepdims=True)
     s = 1.0 / np.sqrt(np.mean(xc * xc, axis=-1) + eps)  # [N]
-    tc = t - t.mean(axis=-2, keepdims=True)
-    proj = np.einsum("nj,njk->nk", xc, tc)  # xc . tc per direction
-    dy = s[:, None, None] * (tc - (xc * (s * s / n)[:, None])[..., None] * proj[:, None, :])
-    return layer_norm(x, norm.gamma, norm.beta, eps), norm.gamma[None, :, None] * dy
+    tc = t - t.mean(axis=-1, keepdims=True)
+    proj = np.einsum("nj,nkj->nk", xc, tc)  # xc . tc per direction
+    dy = s[:, None, None] * (tc - proj[:, :, None] * (xc * (s * s / n)[:, None])[:, None, :])
+    return layer_norm(x, norm.gamma, norm.beta, eps), dy * norm.gamma
 
 
 def residual_unit_jacobian(x: np.ndarray, unit: ResUnitParams, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """(Res(x) [N, n], J_Res(x) [N, n, n]) of one residual unit at rows x [N, n]."""
+    """(Res(x) [N, n], J_Res(x) [N, n, n]) of one residual unit at rows x [N, n]; J[r, i, j] = d Res_i / d x_j."""
     t = np.broadcast_to(np.eye(x.shape[-1]), (x.shape[0], x.shape[-1], x.shape[-1]))
     h, th = x, t
     for g in unit.glus:  # depth of the unit (D GLUs), sequential
         h, th = glu_jvp(h, th, g)
-    return layer_norm_jvp(h + x, th + t, unit.norm, eps)
+    y, ty = layer_norm_jvp(h + x, th + t, unit.norm, eps)
+    return y, np.swapaxes(ty, -1, -2)  # tangent rows t[r, j] = dy/dx_j -> Jacobian columns
 
 
 def row_map(x: np.ndarray, lp: LayerParams, eps: float) -> np.ndarray:

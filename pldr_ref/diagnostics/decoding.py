@@ -39,7 +39,8 @@ def decoding_section(run: ModelRun) -> dict:
     """Per-step and per-prompt records of the cached-vs-recomputed comparison (see module doc)."""
     o = run.options
     mode = resolve_mode(o.decode_mode)
-    step, state = prefill(run.params, run.ids, mode)
+    ids = run.ids[: o.decode_prompts]
+    step, state = prefill(run.params, ids, mode)
     cached = step.logits[:, -1]
     g_cached = np.stack([t.G_LM for t in step.output.layers])  # [L, B, H, d, d] (prompt pass)
     dlogit, margin, agree, eps_g = [], [], [], []
@@ -63,6 +64,7 @@ def decoding_section(run: ModelRun) -> dict:
     return {
         "mode": mode.name,
         "steps": o.decode_steps,
+        "n_prompts": int(ids.shape[0]),
         "max_dlogit_by_prompt": b_max.tolist(),
         "min_margin_by_prompt": m_min.tolist(),
         "criterion_2B_lt_margin_by_prompt": (2.0 * b_max < m_min).tolist(),

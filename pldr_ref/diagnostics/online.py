@@ -9,8 +9,9 @@ On the first ``online_prompts`` prompts:
 * padding at the Gram boundary: 4 appended right-padding tokens masked by an attention mask, for two padding
   contents (pad id, random tokens): change of the final real row (``pldr_ref.inference.padding``); and
   strip-restores: the call on the stripped row equals the unpadded call bitwise;
-* block vs sequential scoring: the blockwise row t against the final row of the prefix call on x_{0..t}
-  (max |dlogit| over rows) and the total-NLL gap |sum block NLL - sum sequential NLL| (relative).
+* block vs sequential scoring on ``online_rows`` rows t (evenly spaced, the last row included): the blockwise
+  row t against the final row of the prefix call on x_{0..t} (max |dlogit|) and the gap of the NLL summed over
+  those rows, |sum block NLL - sum sequential NLL| / |sum sequential NLL|.
 """
 
 from __future__ import annotations
@@ -49,16 +50,20 @@ def online_section(run: ModelRun) -> dict:
         strip = float(np.max(np.abs(forward(run.params, padded[:, : ids.shape[1]]).logits - base)))
         padding[name] = {"final_row_max_abs": eff.max_abs, "final_row_relative": eff.relative,
                          "strip_restores_max_abs": strip}
-    # sequential: final row of each prefix call x_{0..t}, t = 0..T-2 (one call per row is the definition)
-    seq = np.stack([final_row_forward(run.params, ids[:, : t + 1])[0] for t in range(ids.shape[1] - 1)], axis=1)
-    block = base[:, :-1]
-    nll_b, nll_s = _nll(block, ids[:, 1:]).sum(), _nll(seq, ids[:, 1:]).sum()
+    # sequential: final row of the prefix call x_{0..t} for the checked rows t (one call per row: the definition)
+    n_rows = ids.shape[1] - 1
+    rows = np.unique(np.linspace(0, n_rows - 1, min(run.options.online_rows, n_rows)).round().astype(int))
+    seq = np.stack([final_row_forward(run.params, ids[:, : t + 1])[0] for t in rows], axis=1)
+    block = base[:, rows]
+    targets = ids[:, rows + 1]
+    nll_b, nll_s = _nll(block, targets).sum(), _nll(seq, targets).sum()
     return {
         "n_prompts": int(ids.shape[0]),
         "historical_rows_after_suffix_change": {"max_abs": hist, "relative": hist / float(np.max(np.abs(base)))},
         "repeatability_max_abs": repeat,
         "padding_at_gram_boundary": padding,
         "block_vs_sequential": {
+            "rows": rows.tolist(),
             "max_abs_logit_gap": float(np.max(np.abs(block - seq))),
             "total_nll_block": float(nll_b),
             "total_nll_sequential": float(nll_s),

@@ -27,14 +27,16 @@ def _pyplot():
 
 
 def plot_twirl(doc: dict, path: Path) -> Path:
-    """m(omega, S) against omega (log axes) for every S of the table, with the bound min(1, C_Theta / S)."""
+    """m(omega, S) against omega (log axes) for every S, with the per-frequency bound min(1, 1/(S |sin(omega/2)|))
+    (whose maximum over the spectrum is the uniform bound min(1, C_Theta / S))."""
     plt = _pyplot()
     w = np.sort(difference_frequencies(doc["d_k"], doc["rope_base"]))
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for s, row in doc["by_seq_len"].items():
         line, = ax.loglog(w, np.maximum(twirl_multiplier(w, int(s)), 1e-12), ".", ms=2, label=f"m(omega, {s})")
-        ax.axhline(min(1.0, row["uniform_bound"]), color=line.get_color(), ls="--", lw=1,
-                   label=f"C_Theta/{s} = {row['uniform_bound']:.3g}")
+        envelope = np.minimum(1.0, 1.0 / (int(s) * np.abs(np.sin(w / 2.0))))
+        ax.loglog(w, envelope, color=line.get_color(), ls="--", lw=1,
+                  label=f"min(1, 1/(S|sin(w/2)|)); C_Theta/{s} = {row['uniform_bound']:.3g}")
     ax.set_xlabel("difference frequency omega (rad / position)")
     ax.set_ylabel("twirl multiplier |sin(S w/2)| / (S |sin(w/2)|)")
     ax.set_title(f"RoPE twirl, d_k = {doc['d_k']}, base = {doc['rope_base']:g}, C_Theta = {doc['C_theta']:.4g}")

@@ -23,14 +23,17 @@ from pldr_ref.params import Params
 class ModelOptions:
     """Knobs of the model sections (defaults sized for ``v510-110m`` with 8 prompts of 40 tokens in minutes).
 
-    decode_steps: greedy steps of the cached-vs-recomputed comparison; decode_mode: the cached inference mode
+    decode_steps / decode_prompts: greedy steps and prompts of the cached-vs-recomputed comparison (every step
+    recomputes the whole prefix, so its cost is steps x prompts forward calls); decode_mode: the cached inference mode
     compared against full recomputation; op_steps / op_seeds: length and seeds of the two sampled continuations
     of the order-parameter protocol; jacobian_rows / pool_rows: rows per prompt for Jacobians / pairwise ratios;
-    pairs: pairwise ratios drawn per layer (each of within- and cross-prompt); online_prompts: prompts used by
-    the online-contract checks (sequential scoring costs one call per row); seed: the sampling seed of rows.
+    pairs: pairwise ratios drawn per layer (each of within- and cross-prompt); online_prompts / online_rows:
+    prompts of the online-contract checks and rows of its sequential scoring (one prefix call per row); seed: the
+    sampling seed of rows.
     """
 
-    decode_steps: int = 16
+    decode_steps: int = 12
+    decode_prompts: int = 4
     decode_mode: str = "kv+g"
     op_steps: int = 16
     op_seeds: tuple[int, int] = (100, 101)
@@ -38,10 +41,12 @@ class ModelOptions:
     pool_rows: int = 32
     pairs: int = 200
     online_prompts: int = 2
+    online_rows: int = 8
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("decode_steps", "op_steps", "jacobian_rows", "pool_rows", "pairs", "online_prompts"):
+        for name in ("decode_steps", "op_steps", "jacobian_rows", "pool_rows", "pairs", "online_prompts",
+                     "decode_prompts", "online_rows"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"ModelOptions.{name} must be an int >= 1, got {v!r}")
