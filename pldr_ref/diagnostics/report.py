@@ -71,12 +71,12 @@ def fmt(x: Any) -> str:
     return str(x)
 
 
-def _rows(data: Any, prefix: str = "") -> list[tuple[str, str]]:
+def flatten_rows(data: Any, prefix: str = "") -> list[tuple[str, str]]:
     """(dotted key, cell) for every scalar or short list inside ``data``."""
     out: list[tuple[str, str]] = []
     if isinstance(data, dict):
         for k, v in data.items():
-            out += _rows(v, f"{prefix}.{k}" if prefix else str(k))
+            out += flatten_rows(v, f"{prefix}.{k}" if prefix else str(k))
     elif isinstance(data, list):
         flat = all(not isinstance(v, (list, dict)) for v in data)
         if flat and len(data) <= MARKDOWN_MAX_LIST:
@@ -89,7 +89,7 @@ def _rows(data: Any, prefix: str = "") -> list[tuple[str, str]]:
 def table(data: dict) -> str:
     """A two-column markdown table (quantity, value) of ``data``'s scalars and short lists."""
     lines = ["| quantity | value |", "|---|---|"]
-    lines += [f"| `{k}` | {v} |" for k, v in _rows(data)]
+    lines += [f"| `{k}` | {v} |" for k, v in flatten_rows(data)]
     return "\n".join(lines)
 
 

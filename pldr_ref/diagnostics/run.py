@@ -95,7 +95,7 @@ def final_row_forward(params: Params, ids: np.ndarray) -> tuple[np.ndarray, np.n
     """(logits of the last row [B, V], G_LM per layer [L, B, H, d_k, d_k]) of the full causal call on ``ids``.
 
     The same layer calls as :func:`pldr_ref.model.forward`; only the LM head is restricted to the last row
-    (its logits are bitwise those of ``forward(params, ids).logits[:, -1]``).
+    (its G_LM are bitwise those of ``forward``; the logits agree up to the LM-head GEMM's summation order).
     """
     c = params.config
     positions, mask = sequence_mask(c, ids)
