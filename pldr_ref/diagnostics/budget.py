@@ -53,21 +53,20 @@ def silu_derivative_envelope(u: np.ndarray) -> np.ndarray:
     return expit(u) + u / 4.0
 
 
-#: Matrices with both sides above this size get their spectral norm from Lanczos (ARPACK) instead of eigvalsh.
-LANCZOS_MIN_SIDE = 256
-
-
 def spectral_norm(w: np.ndarray) -> np.ndarray:
-    """||W||_2 per matrix [..., n, k]: sqrt(lambda_max) of the smaller Gram matrix (batched eigvalsh), or for one
-    large matrix (both sides > LANCZOS_MIN_SIDE, e.g. the FFN and vocabulary weights) the largest singular value
-    from ARPACK Lanczos with a fixed start vector (deterministic, converged to machine precision)."""
-    w = np.asarray(w, dtype=np.float64)
-    if w.ndim == 2 and min(w.shape) > LANCZOS_MIN_SIDE:
-        from scipy.sparse.linalg import svds
+    """||W||_2 per matrix [..., n, k] as sqrt(lambda_max) of the smaller Gram matrix (W W^T or W^T W).
 
-        v0 = np.ones(min(w.shape)) / np.sqrt(min(w.shape))
-        return np.asarray(svds(w, k=1, v0=v0, tol=0, return_singular_vectors=False)[0])
+    Exact to round-off (sigma_max^2 is the top eigenvalue, resolved to relative eps by the symmetric solver);
+    for one large matrix (the FFN and vocabulary weights) only the top eigenvalue is computed.  Lanczos and
+    power iteration converge slowly on the flat top spectra of random weights, hence the Gram route.
+    """
+    w = np.asarray(w, dtype=np.float64)
     gram = np.matmul(w, np.swapaxes(w, -1, -2)) if w.shape[-2] <= w.shape[-1] else np.matmul(np.swapaxes(w, -1, -2), w)
+    if gram.ndim == 2:
+        from scipy.linalg import eigvalsh
+
+        n = gram.shape[0]
+        return np.sqrt(max(float(eigvalsh(gram, subset_by_index=[n - 1, n - 1])[0]), 0.0))
     return np.sqrt(np.maximum(np.linalg.eigvalsh(gram)[..., -1], 0.0))
 
 

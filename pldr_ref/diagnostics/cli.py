@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from pldr_ref.diagnostics.model import SECTIONS
 
     m.add_argument("--sections", nargs="+", choices=list(SECTIONS), help="sections to run (default: all)")
-    m.add_argument("--decode-steps", type=int, default=12, help="greedy steps of the decoding section")
+    m.add_argument("--decode-steps", type=int, default=8, help="greedy steps of the decoding section")
     m.add_argument("--decode-prompts", type=int, default=4, help="prompts of the decoding section")
     m.add_argument("--decode-mode", default="kv+g", help="cached mode compared with recomputation (kv+g, kv, g, hf)")
     m.add_argument("--op-steps", type=int, default=16, help="sampled tokens per continuation (order parameter)")

@@ -7,8 +7,9 @@ On the first ``online_prompts`` prompts:
   every supplied row);
 * repeatability: the same call twice, max |diff| (0: bitwise repeatable);
 * padding at the Gram boundary: 4 appended right-padding tokens masked by an attention mask, for two padding
-  contents (pad id, random tokens): change of the final real row (``pldr_ref.inference.padding``); and
-  strip-restores: the call on the stripped row equals the unpadded call bitwise;
+  contents (pad id, random tokens): change of the final real row (max |diff| and relative 2-norm); and
+  strip-restores: each padded row stripped by its mask (``pldr_ref.inference.padding.stripped_logits``)
+  and scored alone equals the unpadded call (max |diff|, 0 = bitwise);
 * block vs sequential scoring on ``online_rows`` rows t (evenly spaced, the last row included): the blockwise
   row t against the final row of the prefix call on x_{0..t} (max |dlogit|) and the gap of the NLL summed over
   those rows, |sum block NLL - sum sequential NLL| / |sum sequential NLL|.
@@ -20,7 +21,7 @@ import numpy as np
 
 from pldr_ref.diagnostics.run import ModelRun, final_row_forward
 from pldr_ref.inference.generation import log_softmax
-from pldr_ref.inference.padding import append_right_padding, final_real_row_effect
+from pldr_ref.inference.padding import append_right_padding, stripped_logits
 from pldr_ref.model import forward
 
 #: Number of appended padding tokens in the Gram-boundary check.
@@ -44,12 +45,17 @@ def online_section(run: ModelRun) -> dict:
     rng = np.random.Generator(np.random.PCG64(run.options.seed))
     pads = {"pad_id": np.full(PAD_LENGTH, c.pad_id), "random_tokens": rng.integers(1, c.vocab_size, PAD_LENGTH)}
     padding = {}
+    final = base[:, -1]
     for name, p in pads.items():
-        eff = final_real_row_effect(run.params, ids, p)
-        padded, _ = append_right_padding(ids, p)
-        strip = float(np.max(np.abs(forward(run.params, padded[:, : ids.shape[1]]).logits - base)))
-        padding[name] = {"final_row_max_abs": eff.max_abs, "final_row_relative": eff.relative,
-                         "strip_restores_max_abs": strip}
+        padded, mask = append_right_padding(ids, p)
+        row = forward(run.params, padded, attention_mask=mask).logits[:, ids.shape[1] - 1]
+        diff = float(np.max(np.abs(row - final)))
+        padding[name] = {"final_row_max_abs": diff,
+                         "final_row_relative": 0.0 if diff == 0.0 else
+                         float(np.linalg.norm(row - final) / np.linalg.norm(final))}
+    # strip-restores: each padded row stripped by its attention mask and scored alone equals the unpadded call
+    stripped = stripped_logits(run.params, padded, mask)
+    padding["strip_restores_max_abs"] = float(max(np.max(np.abs(s - b)) for s, b in zip(stripped, base, strict=True)))
     # sequential: final row of the prefix call x_{0..t} for the checked rows t (one call per row: the definition)
     n_rows = ids.shape[1] - 1
     rows = np.unique(np.linspace(0, n_rows - 1, min(run.options.online_rows, n_rows)).round().astype(int))

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pldr_ref.diagnostics.run import ModelRun
+from pldr_ref.diagnostics.run import ModelRun, layer_pass
 from pldr_ref.diagnostics.spectra import summary
 from pldr_ref.inference import SamplingConfig, generate
-from pldr_ref.model import forward
 from pldr_ref.order_parameter import DEDUCTIVE_TENSORS, relative_rms_fluctuation, rms
 
 
@@ -35,11 +34,11 @@ def order_parameter_section(run: ModelRun) -> dict:
     sampling = SamplingConfig(strategy="sample")
     seqs = [generate(run.params, run.ids, o.op_steps, mode="kv+g", sampling=sampling, seed=s).sequences
             for s in o.op_seeds]
-    outs = [forward(run.params, s) for s in seqs]
+    outs = [layer_pass(run.params, s)[0] for s in seqs]  # the recomputation's traces (no LM head needed)
     rep: dict = {"seeds": list(o.op_seeds), "continuation_tokens": o.op_steps, "sampling_mode": "kv+g",
                  "n_prompts_with_distinct_continuations": int(np.sum(np.any(seqs[0] != seqs[1], axis=1)))}
     for name in DEDUCTIVE_TENSORS:
-        pairs = [(getattr(a, name), getattr(b, name)) for a, b in zip(outs[0].layers, outs[1].layers, strict=True)]
+        pairs = [(getattr(a, name), getattr(b, name)) for a, b in zip(outs[0], outs[1], strict=True)]
         if any(x is None for pair in pairs for x in pair):
             continue
         # [B][L] scalar statistics: a loop over prompts and layers of whole-tensor reductions

@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
-from pldr_ref.layer import decoder_layer
+from pldr_ref.layer import LayerTrace, decoder_layer
 from pldr_ref.model import ForwardOutput, embed, forward, lm_head, sequence_mask
 from pldr_ref.norms import layer_norm
 from pldr_ref.params import Params
@@ -32,7 +32,7 @@ class ModelOptions:
     sampling seed of rows.
     """
 
-    decode_steps: int = 12
+    decode_steps: int = 8
     decode_prompts: int = 4
     decode_mode: str = "kv+g"
     op_steps: int = 16
@@ -91,24 +91,35 @@ def make_run(params: Params, ids: np.ndarray, options: ModelOptions | None = Non
     return ModelRun(params, ids.astype(np.int64), forward(params, ids), options or ModelOptions(), label)
 
 
+def layer_pass(params: Params, ids: np.ndarray) -> tuple[tuple[LayerTrace, ...], np.ndarray]:
+    """(every layer's trace, final hidden states [B, S, d]) of the full causal call on ``ids``, without the LM head.
+
+    The same layer calls as :func:`pldr_ref.model.forward` (its traces are bitwise equal); sections that need
+    the deductive tensors of a recomputation but not its [B, S, V] logits use this to skip the LM-head GEMM.
+    """
+    c = params.config
+    positions, mask = sequence_mask(c, ids)
+    traces = []
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x = layer_norm(embed(params, ids), params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"],
+                       c.eps_ln)
+        for i in range(c.num_layers):  # depth is sequential
+            t = decoder_layer(params.layer(i), x, c, positions=positions, mask=mask)
+            traces.append(t)
+            x = t.out2
+    return tuple(traces), x
+
+
 def final_row_forward(params: Params, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(logits of the last row [B, V], G_LM per layer [L, B, H, d_k, d_k]) of the full causal call on ``ids``.
 
     The same layer calls as :func:`pldr_ref.model.forward`; only the LM head is restricted to the last row
     (its G_LM are bitwise those of ``forward``; the logits agree up to the LM-head GEMM's summation order).
     """
-    c = params.config
-    positions, mask = sequence_mask(c, ids)
-    g = []
+    traces, x = layer_pass(params, ids)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        x = layer_norm(embed(params, ids), params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"],
-                       c.eps_ln)
-        for i in range(c.num_layers):  # depth is sequential
-            t = decoder_layer(params.layer(i), x, c, positions=positions, mask=mask)
-            g.append(t.G_LM)
-            x = t.out2
         logits = lm_head(params, x[:, -1])
-    return logits, np.stack(g)
+    return logits, np.stack([t.G_LM for t in traces])
 
 
 def stack(run: ModelRun, name: str) -> np.ndarray | None:
