@@ -196,3 +196,46 @@ def test_bad_inputs() -> None:
         ModelOptions(op_seeds=(1, 1))
     with pytest.raises(ValueError, match="decode_steps"):
         ModelOptions(decode_steps=0)
+
+
+@pytest.mark.parametrize("mode", ["kv+g", "kv", "g", "none", "hf"])
+def test_prompt_state_equals_prefill(run, mode: str) -> None:
+    """The decode state built from the traced prompt pass is the one ``prefill`` fills (all prompts: bitwise)."""
+    from pldr_ref.diagnostics.run import prompt_state
+    from pldr_ref.inference.modes import prefill, resolve_mode
+
+    m = resolve_mode(mode)
+    logits, state = prompt_state(run, m, run.ids.shape[0])
+    step, ref = prefill(run.params, run.ids, m)
+    assert np.array_equal(logits, step.logits[:, -1]) and np.array_equal(state.ids, ref.ids)
+    assert (state.kv_cache is None) == (ref.kv_cache is None) and (state.g_cache is None) == (ref.g_cache is None)
+    if ref.kv_cache is not None:
+        for a, b in zip(state.kv_cache.layers, ref.kv_cache.layers, strict=True):
+            assert np.array_equal(a.k_rot, b.k_rot) and np.array_equal(a.v, b.v) and np.array_equal(a.A, b.A)
+        assert np.array_equal(state.kv_cache.key_padding, ref.kv_cache.key_padding)
+    if ref.g_cache is not None:
+        for a, b in zip(state.g_cache.layers, ref.g_cache.layers, strict=True):
+            assert np.array_equal(a.G_LM, b.G_LM) and np.array_equal(a.A_P, b.A_P)
+
+
+def test_order_parameter_continuations_are_generate_samples(run, monkeypatch) -> None:
+    """The protocol's sampled continuations are those of ``pldr_ref.inference.generate`` (kv+g, same seeds);
+    negative control: the two seeds give different continuations."""
+    from pldr_ref.diagnostics import order
+    from pldr_ref.inference import SamplingConfig, generate
+
+    seen = []
+    real = order.layer_pass
+
+    def spy(params, ids):
+        seen.append(ids)
+        return real(params, ids)
+
+    monkeypatch.setattr(order, "layer_pass", spy)
+    rep = order.order_parameter_section(run)
+    for ids, seed in zip(seen, OPTS.op_seeds, strict=True):
+        want = generate(run.params, run.ids, OPTS.op_steps, mode="kv+g", sampling=SamplingConfig("sample"),
+                        seed=seed).sequences
+        assert np.array_equal(ids, want)
+    assert not np.array_equal(seen[0], seen[1])
+    assert rep["A"]["rms"]["max"] > 0.0

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pldr_ref.diagnostics.run import ModelRun, final_row_forward
+from pldr_ref.diagnostics.run import ModelRun, final_row_forward, prompt_state
 from pldr_ref.diagnostics.spectra import summary
-from pldr_ref.inference.modes import advance, prefill, resolve_mode
+from pldr_ref.inference.modes import advance, resolve_mode
 
 
 def top2_margin(logits: np.ndarray) -> np.ndarray:
@@ -39,22 +39,21 @@ def decoding_section(run: ModelRun) -> dict:
     """Per-step and per-prompt records of the cached-vs-recomputed comparison (see module doc)."""
     o = run.options
     mode = resolve_mode(o.decode_mode)
-    ids = run.ids[: o.decode_prompts]
-    step, state = prefill(run.params, ids, mode)
-    cached = step.logits[:, -1]
-    g_cached = np.stack([t.G_LM for t in step.output.layers])  # [L, B, H, d, d] (prompt pass)
+    cached, state = prompt_state(run, mode, o.decode_prompts)
+    ids = state.ids
+    g_cached = np.stack([t.G_LM[: ids.shape[0]] for t in run.out.layers])  # [L, B, H, d, d]: prompt pass
     dlogit, margin, agree, eps_g = [], [], [], []
     for t in range(o.decode_steps):  # sequential by definition
         recomputed, g_u = final_row_forward(run.params, state.ids)
         dlogit.append(np.max(np.abs(cached - recomputed), axis=-1))
         margin.append(top2_margin(cached))
         agree.append(np.argmax(cached, axis=-1) == np.argmax(recomputed, axis=-1))
-        g_c = g_cached if mode.g_cache else np.stack([x.G_LM for x in step.output.layers])
-        eps_g.append(relative_rms_rows(g_u, np.broadcast_to(g_c, g_u.shape), (2, 3, 4)))  # [L, B]
+        eps_g.append(relative_rms_rows(g_u, np.broadcast_to(g_cached, g_u.shape), (2, 3, 4)))  # [L, B]
         if t + 1 < o.decode_steps:
             tok = np.argmax(cached, axis=-1)[:, None]
             logits, step, state = advance(run.params, state, tok, mode)
             cached = logits[:, -1]
+            g_cached = np.stack([x.G_LM for x in step.output.layers])  # the operator the cached call used
     d = np.stack(dlogit, axis=1)  # [B, T]
     m = np.stack(margin, axis=1)
     a = np.stack(agree, axis=1)

@@ -96,6 +96,7 @@ def g_lm_report(g: np.ndarray, *, rope_base: float = ROPE_BASE, layout: str = "i
         "commutant_fraction": frac.tolist(),
         "commutant_fraction_summary": summary(frac),
         "spectra": spectrum_report(g),
+        "spectra_by_layer": [spectrum_report(x) for x in g],
         "numerical_rank": numerical_rank(sig).tolist(),
         "rank_rule": RANK_RULE,
         "perron_frobenius": perron_frobenius(g),

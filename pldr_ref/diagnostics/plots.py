@@ -113,7 +113,8 @@ def write_plots(doc: dict, folder: str | os.PathLike[str]) -> list[Path]:
         return [plot_twirl(doc, out / "twirl_multipliers.png")]
     if kind == "g-lm":
         return [plot_residual_heatmap(doc, out / "g_lm_commutant_residual.png"),
-                plot_spectra({"G_LM": doc["spectra"]}, out / "g_lm_spectra.png", "G_LM singular spectra")]
+                plot_spectra({f"layer {i}": rep for i, rep in enumerate(doc["spectra_by_layer"])},
+                             out / "g_lm_spectra.png", "G_LM singular spectra (median over heads)")]
     paths = []
     sec = doc["sections"]
     if "spectra" in sec:

@@ -13,6 +13,8 @@ import dataclasses
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
+from pldr_ref.inference.cache import GCache, KVCache, LayerG, LayerKV
+from pldr_ref.inference.modes import DecodeState, InferenceMode
 from pldr_ref.layer import LayerTrace, decoder_layer
 from pldr_ref.model import ForwardOutput, embed, forward, lm_head, sequence_mask
 from pldr_ref.norms import layer_norm
@@ -120,6 +122,31 @@ def final_row_forward(params: Params, ids: np.ndarray) -> tuple[np.ndarray, np.n
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         logits = lm_head(params, x[:, -1])
     return logits, np.stack([t.G_LM for t in traces])
+
+
+def prompt_state(run: ModelRun, mode: InferenceMode, n: int) -> tuple[np.ndarray, DecodeState]:
+    """(final-row logits [n, V], decode state) of the first ``n`` prompts after the prompt pass, built from the
+    traced prompt pass itself: the caches ``mode`` keeps are exactly those ``pldr_ref.inference.modes.prefill``
+    would fill (its prompt call is ``forward`` on the same ids), without a second prompt pass."""
+    c = run.config
+    ids = run.ids[:n]
+    cumulative = c.gram_mode == "cumulative"
+    kv = g = None
+    if mode.kv_cache:
+        layers = tuple(LayerKV(t.k_rot[:n], t.v[:n], None if cumulative or t.A is None else t.A[:n],
+                               t.A0[:n, :, -1] if cumulative else None) for t in run.out.layers)
+        kv = KVCache(layers, ids == c.pad_id if mode.pad_from_token else np.zeros(ids.shape, dtype=bool))
+    if mode.g_cache:
+        if cumulative:
+            raise ValueError(f"mode {mode.name!r} freezes one G per head; gram_mode='cumulative' has one per row")
+
+        def first(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[:n]
+
+        g = GCache(tuple(LayerG(first(t.A_LM), first(t.A_P), t.G_LM[:n]) for t in run.out.layers))
+        if mode.cache_first_G:
+            g = g.first_sample()
+    return run.out.logits[:n, -1], DecodeState(ids, None, kv, g)
 
 
 def stack(run: ModelRun, name: str) -> np.ndarray | None:
