@@ -86,15 +86,19 @@ def plot_spectra(spectra: dict[str, dict], path: Path, title: str) -> Path:
 
 
 def plot_decoding(sec: dict, path: Path) -> Path:
-    """Per-step max |dlogit| (solid) and top-1 margin (dashed) of every prompt; 2B < margin is the criterion."""
+    """Per-step 2 max |dlogit| (solid) and top-1 margin (dashed) of every prompt (2B < margin is the criterion);
+    steps where cached and recomputed logits agree exactly are gaps."""
     plt = _pyplot()
     d = np.array(sec["per_step"]["dlogit"], dtype=float)
     m = np.array(sec["per_step"]["margin"], dtype=float)
     fig, ax = plt.subplots(figsize=(7, 4))
     steps = np.arange(d.shape[1])
+    with np.errstate(invalid="ignore"):
+        d = np.where(d > 0, d, np.nan)  # exact agreement (0) has no place on a log axis: left as a gap
+        m = np.where(m > 0, m, np.nan)
     for b in range(d.shape[0]):
-        line, = ax.semilogy(steps, np.maximum(2 * d[b], 1e-300), lw=1)
-        ax.semilogy(steps, np.maximum(m[b], 1e-300), ls="--", lw=1, color=line.get_color())
+        line, = ax.semilogy(steps, 2 * d[b], lw=1, marker=".")
+        ax.semilogy(steps, m[b], ls="--", lw=1, color=line.get_color())
     ax.set_xlabel("decoding step")
     ax.set_ylabel("2 max|dlogit| (solid), margin (dashed)")
     ax.set_title(f"cached ({sec['mode']}) vs recomputed greedy decoding")
