@@ -53,21 +53,26 @@ def silu_derivative_envelope(u: np.ndarray) -> np.ndarray:
     return expit(u) + u / 4.0
 
 
-def spectral_norm(w: np.ndarray) -> np.ndarray:
-    """||W||_2 per matrix [..., n, k] as sqrt(lambda_max) of the smaller Gram matrix (W W^T or W^T W).
+#: Matrices with both sides above this size get their norm from the top eigenvalue of the Gram matrix.
+GRAM_MIN_SIDE = 256
 
-    Exact to round-off (sigma_max^2 is the top eigenvalue, resolved to relative eps by the symmetric solver);
-    for one large matrix (the FFN and vocabulary weights) only the top eigenvalue is computed.  Lanczos and
-    power iteration converge slowly on the flat top spectra of random weights, hence the Gram route.
+
+def spectral_norm(w: np.ndarray) -> np.ndarray:
+    """||W||_2 per matrix [..., n, k].
+
+    Stacks of small matrices: the largest singular value from batched LAPACK SVD.  One large matrix (both
+    sides > GRAM_MIN_SIDE: the attention, FFN and vocabulary weights): sqrt of the top eigenvalue of the
+    smaller Gram matrix (W W^T or W^T W), only that eigenvalue computed (LAPACK ``syevx``); exact to round-off.
+    Lanczos and power iteration converge slowly on the flat top spectra of random weights, hence the Gram route.
     """
     w = np.asarray(w, dtype=np.float64)
-    gram = np.matmul(w, np.swapaxes(w, -1, -2)) if w.shape[-2] <= w.shape[-1] else np.matmul(np.swapaxes(w, -1, -2), w)
-    if gram.ndim == 2:
+    if w.ndim == 2 and min(w.shape) > GRAM_MIN_SIDE:
         from scipy.linalg import eigvalsh
 
+        gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
         n = gram.shape[0]
-        return np.sqrt(max(float(eigvalsh(gram, subset_by_index=[n - 1, n - 1])[0]), 0.0))
-    return np.sqrt(np.maximum(np.linalg.eigvalsh(gram)[..., -1], 0.0))
+        return np.asarray(np.sqrt(max(float(eigvalsh(gram, subset_by_index=[n - 1, n - 1], driver="evx")[0]), 0.0)))
+    return np.linalg.svd(w, compute_uv=False)[..., 0]
 
 
 def power_factor(p: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
