@@ -63,12 +63,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from pldr_ref.diagnostics.model import SECTIONS
 
     m.add_argument("--sections", nargs="+", choices=list(SECTIONS), help="sections to run (default: all)")
-    m.add_argument("--decode-steps", type=int, default=8, help="greedy steps of the decoding section")
+    m.add_argument("--decode-steps", type=int, default=6, help="greedy steps of the decoding section")
     m.add_argument("--decode-prompts", type=int, default=4, help="prompts of the decoding section")
     m.add_argument("--decode-mode", default="kv+g", help="cached mode compared with recomputation (kv+g, kv, g, hf)")
     m.add_argument("--op-steps", type=int, default=16, help="sampled tokens per continuation (order parameter)")
+    m.add_argument("--op-prompts", type=int, default=4, help="prompts of the order-parameter protocol")
     m.add_argument("--jacobian-rows", type=int, default=16, help="Jacobian rows per prompt and layer")
-    m.add_argument("--online-prompts", type=int, default=2, help="prompts used by the online-contract checks")
+    m.add_argument("--online-prompts", type=int, default=1, help="prompts used by the online-contract checks")
     m.add_argument("--online-rows", type=int, default=8, help="rows scored sequentially by the online checks")
     _outputs(m)
     m.set_defaults(func=run_model)
@@ -160,7 +161,8 @@ def run_model(args: argparse.Namespace) -> int:
         ids = load_prompts(args.prompts) if args.prompts else \
             random_prompts(params.config, args.random_prompts, args.length, args.prompt_seed)
         opts = ModelOptions(decode_steps=args.decode_steps, decode_prompts=args.decode_prompts,
-                            decode_mode=args.decode_mode, op_steps=args.op_steps, jacobian_rows=args.jacobian_rows,
+                            decode_mode=args.decode_mode, op_steps=args.op_steps, op_prompts=args.op_prompts,
+                            jacobian_rows=args.jacobian_rows,
                             online_prompts=args.online_prompts, online_rows=args.online_rows)
         run = make_run(params, ids, opts, label)
         bar.advance("parameters, prompts, traced prompt pass")

@@ -41,7 +41,7 @@ def order_parameter_section(run: ModelRun) -> dict:
     mode = resolve_mode("kv+g")
     seqs = []
     for seed in o.op_seeds:  # two independent continuations
-        logits, state = prompt_state(run, mode, run.ids.shape[0])
+        logits, state = prompt_state(run, mode, o.op_prompts)
         rng = make_rng(seed)
         for i in range(o.op_steps):  # sequential: each sampled token feeds the next cached call
             tok = choose_tokens(logits, sampling, rng)[:, None]
@@ -53,14 +53,15 @@ def order_parameter_section(run: ModelRun) -> dict:
         seqs.append(state.ids)
     outs = [layer_pass(run.params, s)[0] for s in seqs]  # the uncached recomputation's traces (no LM head needed)
     rep: dict = {"seeds": list(o.op_seeds), "continuation_tokens": o.op_steps, "sampling_mode": "kv+g",
+                 "n_prompts": int(seqs[0].shape[0]),
                  "n_prompts_with_distinct_continuations": int(np.sum(np.any(seqs[0] != seqs[1], axis=1)))}
     for name in DEDUCTIVE_TENSORS:
         pairs = [(getattr(a, name), getattr(b, name)) for a, b in zip(outs[0], outs[1], strict=True)]
         if any(x is None for pair in pairs for x in pair):
             continue
         # [B][L] scalar statistics: a loop over prompts and layers of whole-tensor reductions
-        r = np.array([[relative_rms_fluctuation(x[b], y[b]) for x, y in pairs] for b in range(run.ids.shape[0])])
-        s = np.array([[signed_mean_fluctuation(x[b], y[b]) for x, y in pairs] for b in range(run.ids.shape[0])])
+        r = np.array([[relative_rms_fluctuation(x[b], y[b]) for x, y in pairs] for b in range(seqs[0].shape[0])])
+        s = np.array([[signed_mean_fluctuation(x[b], y[b]) for x, y in pairs] for b in range(seqs[0].shape[0])])
         rep[name] = {"rms": summary(r), "signed": summary(s), "rms_by_prompt_layer": r.tolist(),
                      "rms_median_by_layer": np.median(r, axis=0).tolist()}
     return rep

@@ -28,27 +28,29 @@ class ModelOptions:
     decode_steps / decode_prompts: greedy steps and prompts of the cached-vs-recomputed comparison (every step
     recomputes the whole prefix, so its cost is steps x prompts forward calls); decode_mode: the cached inference mode
     compared against full recomputation; op_steps / op_seeds: length and seeds of the two sampled continuations
-    of the order-parameter protocol; jacobian_rows / pool_rows: rows per prompt for Jacobians / pairwise ratios;
+    of the order-parameter protocol, op_prompts the prompts it uses (each continuation is recomputed
+    uncached); jacobian_rows / pool_rows: rows per prompt for Jacobians / pairwise ratios;
     pairs: pairwise ratios drawn per layer (each of within- and cross-prompt); online_prompts / online_rows:
     prompts of the online-contract checks and rows of its sequential scoring (one prefix call per row); seed: the
     sampling seed of rows.
     """
 
-    decode_steps: int = 8
+    decode_steps: int = 6
     decode_prompts: int = 4
     decode_mode: str = "kv+g"
     op_steps: int = 16
+    op_prompts: int = 4
     op_seeds: tuple[int, int] = (100, 101)
     jacobian_rows: int = 16
     pool_rows: int = 32
     pairs: int = 200
-    online_prompts: int = 2
+    online_prompts: int = 1
     online_rows: int = 8
     seed: int = 0
 
     def __post_init__(self) -> None:
         for name in ("decode_steps", "op_steps", "jacobian_rows", "pool_rows", "pairs", "online_prompts",
-                     "decode_prompts", "online_rows"):
+                     "decode_prompts", "online_rows", "op_prompts"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"ModelOptions.{name} must be an int >= 1, got {v!r}")
