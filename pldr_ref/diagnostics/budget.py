@@ -83,17 +83,19 @@ def power_factor(p: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def head_constants(run: ModelRun) -> dict[str, np.ndarray]:
-    """Per (layer, head) [L, H]: C_G, C_G_floor, head factor and their ingredients (extrema over prompts)."""
+    """Per (layer, head) [L, H]: C_G, C_G_floor, head factor and their ingredients (extrema over prompts):
+    U, A_LM range, ||G||_2, ||G||_F, max ||q~_p||, ||K~||_2, ||V||_2, ||E||_2."""
     c = run.config
-    rows = {k: [] for k in ("C_G", "C_G_floor", "head_factor", "U", "A_LM_min", "A_LM_max", "G_2", "G_F")}
+    names = ("C_G", "C_G_floor", "head_factor", "U", "A_LM_min", "A_LM_max", "G_2", "G_F", "q_max", "K_2", "V_2", "E_2")
+    rows = {k: [] for k in names}
     for i, t in enumerate(run.out.layers):  # layers have different weights
         lp = run.params.layer(i)
-        g2 = spectral_norm(t.G_LM).max(axis=0)
-        rows["G_2"].append(g2)
+        rows["G_2"].append(spectral_norm(t.G_LM).max(axis=0))
         rows["G_F"].append(np.linalg.norm(t.G_LM, axis=(-2, -1)).max(axis=0))
-        qmax = np.linalg.norm(t.q_rot, axis=-1).max(axis=(0, 2))
-        hf = qmax * spectral_norm(t.k_rot).max(axis=0) * spectral_norm(t.v).max(axis=0) / math.sqrt(c.d_k)
-        rows["head_factor"].append(hf)
+        for key, x in (("K_2", t.k_rot), ("V_2", t.v), ("E_2", t.E)):
+            rows[key].append(spectral_norm(x).max(axis=0))
+        rows["q_max"].append(np.linalg.norm(t.q_rot, axis=-1).max(axis=(0, 2)))
+        rows["head_factor"].append(rows["q_max"][-1] * rows["K_2"][-1] * rows["V_2"][-1] / math.sqrt(c.d_k))
         if lp.plga is None:
             for k in ("C_G", "C_G_floor", "U", "A_LM_min", "A_LM_max"):
                 rows[k].append(np.full(c.num_heads, np.nan))
@@ -110,16 +112,15 @@ def head_constants(run: ModelRun) -> dict[str, np.ndarray]:
     return {k: np.stack(v) for k, v in rows.items()}
 
 
-def layer_factors(run: ModelRun, g_max: np.ndarray) -> list[dict[str, float]]:
-    """Per-layer Lipschitz factors (module doc) from the prompt pass and the weights."""
+def layer_factors(run: ModelRun, heads: dict[str, np.ndarray]) -> list[dict[str, float]]:
+    """Per-layer Lipschitz factors (module doc) from the prompt pass, the per-head extrema of
+    :func:`head_constants` and the weights."""
     c = run.config
     out = []
     for i, t in enumerate(run.out.layers):  # layers have different weights
         lp = run.params.layer(i)
         wo, wq, wk, wv = (float(spectral_norm(w)) for w in (lp.wo, lp.wq, lp.wk, lp.wv))
-        qm = float(np.linalg.norm(t.q_rot, axis=-1).max())
-        km, vm, em = (float(spectral_norm(x).max()) for x in (t.k_rot, t.v, t.E))
-        gm = float(g_max[i])
+        qm, km, vm, em, gm = (float(heads[k][i].max()) for k in ("q_max", "K_2", "V_2", "E_2", "G_2"))
         l_attn = wo * math.sqrt(c.num_heads) * (((wq * gm * km + qm * gm * wk) / math.sqrt(c.d_k)) * vm + em * wv)
         z1 = linear(t.out1, lp.ffn.w1, lp.ffn.b1)
         z2 = linear(t.out1, lp.ffn.w2, lp.ffn.b2)
@@ -152,7 +153,7 @@ def assemble_coefficient(layers: list[dict[str, float]], head_factor_max: float,
 def budget_section(run: ModelRun, decoding: dict | None = None) -> dict:
     """Per-head constants, per-layer factors, the assembled coefficient and its comparison with the margin."""
     heads = head_constants(run)
-    layers = layer_factors(run, heads["G_2"].max(axis=1))
+    layers = layer_factors(run, heads)
     w_vocab = float(spectral_norm(run.params["final_layer.weight"]))
     coeff = assemble_coefficient(layers, float(np.max(heads["head_factor"])), run.config.num_heads, w_vocab)
     eps_spec = FLOAT32_UNIT_ROUNDOFF * float(np.max(heads["G_F"]))
