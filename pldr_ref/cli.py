@@ -13,6 +13,7 @@ SUBCOMMANDS = {
     "validate": "pldr_ref.harness.cli",
     "accuracy": "pldr_ref.exact.accuracy",
     "prove": "proofs_check.cli",
+    "diagnose": "pldr_ref.diagnostics.cli",
 }
 
 #: What ``pldr-ref --help`` says first.
