@@ -211,13 +211,13 @@ def test_balls_enclose_mpmath_at_twice_the_precision(overrides: dict) -> None:
     assert checked > 1000
 
 
-@pytest.mark.parametrize("switch", sorted(__import__("pldr_ref.exact.model", fromlist=["x"]).ARB_SWITCH_VALUES))
+@pytest.mark.parametrize("switch", sorted(__import__("pldr_ref.exact.arb.model", fromlist=["x"]).ARB_SWITCH_VALUES))
 def test_arb_refuses_switch_values_it_does_not_evaluate(switch):
     """A non-default issue-12 switch is refused by name, never silently evaluated at its default."""
     from pldr_ref import PLDRConfig, init_params
     from pldr_ref.config import _CHOICES
     from pldr_ref.exact import forward as exact_forward
-    from pldr_ref.exact.model import ARB_SWITCH_VALUES
+    from pldr_ref.exact.arb.model import ARB_SWITCH_VALUES
 
     other = next(v for v in _CHOICES[switch] if v not in (ARB_SWITCH_VALUES[switch], "explicit"))
     extra = {"mask_mode": "additive"} if switch == "mask_add_dtype" else {}

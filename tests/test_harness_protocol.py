@@ -169,7 +169,10 @@ def test_numpy32_passes_float32_and_declares_the_rest():
     results = validate(Numpy32Backend(), cases, ["float32", "bfloat16"])
     f32 = {r.case: r for r in results if r.dtype == "float32"}
     assert not [r.case for r in f32.values() if r.status in ("fail", "error")]
-    layered = [c for c in cases if c.kind in ("forward", "decoder_layer")]
+    switch = [c for c in cases if c.name.split("/", 1)[1].startswith(("switch_", "emulate_"))]
+    # issue-12 switch values numpy32 does not implement are declared (unsupported), never run with wrong semantics
+    assert switch and all(f32[c.name].status in ("unsupported", "not_applicable") for c in switch)
+    layered = [c for c in cases if c.kind in ("forward", "decoder_layer") and c not in switch]
     assert all(f32[c.name].status == "pass" for c in layered if "left_pad_additive" not in c.name)
     # the fully masked rows of an additive -1e9 mask are absorbed in float32: not representable, never a pass
     assert all(f32[c.name].status == "not_applicable" and "cannot represent" in f32[c.name].reason

@@ -26,7 +26,7 @@ class ReferenceBackend:
         from pldr_ref.fixtures.runners import RUNNERS
 
         return Capabilities(dtypes=("float64",), kinds=tuple(sorted(RUNNERS)),
-                            stages=tuple(s.name for s in ALL_STAGES), caches=("kv", "g"))
+                            stages=tuple(s.name for s in ALL_STAGES), caches=("kv", "g"), position_ids=True)
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         if dtype != "float64":

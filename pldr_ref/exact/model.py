@@ -85,21 +85,6 @@ def round_trace(trace: dict[str, Any]) -> dict[str, np.ndarray]:
     return {name: to_float64(val) for name, val in trace.items()}
 
 
-#: Emulation switches (issue 12) that the arb engine evaluates only at these values.
-ARB_SWITCH_VALUES = {"rope_table": "auto", "rope_arithmetic": "auto", "score_scale": "exact",
-                     "mask_add_dtype": "float64", "softmax_precision": "float64", "masked_row": "arithmetic"}
-
-
-def _check_arb_supports(config: Any, position_ids: Any, rope_table: Any) -> None:
-    """``NotImplementedError`` naming what the arb engine does not evaluate (use ``engine="mpmath"``)."""
-    if position_ids is not None or rope_table is not None:
-        raise NotImplementedError("engine='arb' takes no position_ids or explicit rope_table; use engine='mpmath'")
-    off = {k: getattr(config, k) for k, v in ARB_SWITCH_VALUES.items() if getattr(config, k) != v}
-    if off:
-        raise NotImplementedError(f"engine='arb' evaluates {sorted(off)} only at {ARB_SWITCH_VALUES}; got {off}; "
-                                  "use engine='mpmath'")
-
-
 #: Engines of :func:`forward`: mpmath (default, independent) and arb (certified ball arithmetic, python-flint).
 ENGINES = ("mpmath", "arb")
 
@@ -122,7 +107,8 @@ def forward(params: Params, token_ids: Any, *, dps: int = 50, start_pos: int = 0
     if engine == "arb":
         from pldr_ref.exact.arb import forward as arb_forward
 
-        _check_arb_supports(params.config, position_ids, rope_table)
+        if position_ids is not None or rope_table is not None:
+            raise NotImplementedError("engine='arb' takes no position_ids or explicit rope_table; use engine='mpmath'")
         return arb_forward(params, token_ids, start_pos=start_pos, attention_mask=attention_mask,
                            pad_masking=resolve_pad_masking(params.config, pad_masking))
     model = ExactModel(params)

@@ -178,12 +178,15 @@ def stage_plan(case: Any) -> list[tuple[str, int | None, dict[str, np.ndarray], 
     plan: list[tuple[str, int | None, dict[str, np.ndarray], dict[str, np.ndarray]]] = []
     g = case.outputs
     if case.kind == "forward":
+        pad_masking = case.args.get("pad_masking")
+        if pad_masking is None:  # the config's pad_source decides (issue 12)
+            pad_masking = case.config.pad_source == "token"
         seq_in = {"token_ids": case.inputs["token_ids"],
                   "start_pos": np.array(int(case.args.get("start_pos", 0)), dtype=np.int64),
-                  "pad_masking": np.array(bool(case.args.get("pad_masking", True)))}
-        if "attention_mask" in case.inputs:
-            seq_in["attention_mask"] = case.inputs["attention_mask"]
-        plan.append(("sequence_mask", None, seq_in, model_positions_and_mask(case)))
+                  "pad_masking": np.array(bool(pad_masking))}
+        seq_in.update({k: case.inputs[k] for k in ("attention_mask", "position_ids") if k in case.inputs})
+        seq_out = model_positions_and_mask(case)
+        plan.append(("sequence_mask", None, seq_in, {k: seq_out[k] for k in ("positions", "mask")}))
         if "embed" in g:
             plan.append(("embedding", None, {"token_ids": case.inputs["token_ids"]}, {"embed": g["embed"]}))
         if "embed" in g and "x0" in g:

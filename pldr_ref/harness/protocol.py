@@ -49,6 +49,16 @@ SWITCHES = ("rope_layout", "rope_precision", "mask_mode", "embed_scale_precision
             "rope_table", "rope_arithmetic", "score_scale", "mask_add_dtype", "softmax_precision", "masked_row",
             "pad_source")
 
+#: The issue-12 emulation switches at the values a backend computes when it implements none of them
+#: (float64 table and rotation, exact scale, mask added and softmax taken in the compute dtype, masked rows
+#: as the arithmetic gives them, pads from the token id).  A backend that implements none declares these,
+#: so the switch cases are reported unsupported for it instead of failing.
+DEFAULT_EMULATION_SWITCHES: dict[str, tuple[str, ...]] = {
+    "rope_table": ("auto",), "rope_arithmetic": ("auto",), "score_scale": ("exact",),
+    "mask_add_dtype": ("float64",), "softmax_precision": ("float64",), "masked_row": ("arithmetic",),
+    "pad_source": ("token",),
+}
+
 
 class Unsupported(Exception):  # noqa: N818 - a verdict, not an error
     """Raised by a backend for a feature it does not implement; reported as *unsupported*."""
@@ -67,7 +77,9 @@ class Capabilities:
     stages: ``pldr_ref.stages.FORWARD_STAGES`` names it can run in isolation; caches: subset of
     :data:`CACHE_FEATURES`; switches: PLDRConfig switch -> supported values (a switch absent
     here means "every value"; G modes are declared as ``switches={"g_mode": (...)}``); full_trace:
-    returns every trace entry, not only the primary outputs.
+    returns every trace entry, not only the primary outputs; position_ids: honours per-row RoPE
+    positions given as the case input ``position_ids`` (issue 12; cases with that input are
+    unsupported otherwise, never silently run with default positions).
     """
 
     dtypes: tuple[str, ...]
@@ -76,6 +88,7 @@ class Capabilities:
     caches: tuple[str, ...] = ()
     switches: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     full_trace: bool = True
+    position_ids: bool = False
 
     def __post_init__(self) -> None:
         bad = [d for d in self.dtypes if d not in DTYPES]
@@ -161,6 +174,8 @@ def unsupported_reason(backend: Any, case: Any, dtype: str) -> str | None:
             value = getattr(config, switch)
             if value not in values:
                 return f"{switch}={value!r} not supported (declared: {', '.join(values)})"
+    if "position_ids" in (getattr(case, "inputs", {}) or {}) and not caps.position_ids:
+        return "per-row position_ids not supported (Capabilities.position_ids is False)"
     needed = case_cache_features(case)
     missing = [f for f in needed if f not in caps.caches]
     if missing:

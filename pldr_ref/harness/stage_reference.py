@@ -30,6 +30,8 @@ def reference_stage(stage: str, layer: int | None, config: PLDRConfig, params: P
             am = i.get("attention_mask")
             positions, mask = model.sequence_mask(c, np.asarray(i["token_ids"]), start_pos=int(i.get("start_pos", 0)),
                                                   attention_mask=am, pad_masking=bool(i.get("pad_masking", True)))
+            if "position_ids" in i:  # per-row RoPE positions (issue 12); the mask keeps the sequence index
+                positions = model.validate_position_ids(i["position_ids"], np.shape(i["token_ids"]), c)
             return {"positions": positions, "mask": mask}
         if stage == "embedding":
             return {"embed": model.embed(params, i["token_ids"])}

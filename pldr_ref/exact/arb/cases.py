@@ -15,9 +15,17 @@ import numpy as np
 from pldr_ref.config import PLDRConfig
 from pldr_ref.exact.arb import stages as st
 from pldr_ref.exact.arb.balls import balls
-from pldr_ref.exact.arb.model import UncertifiedError, decoder_layer, embedding_scale, forward, initial_precision
+from pldr_ref.exact.arb.model import (
+    UncertifiedError,
+    check_arb_supports,
+    decoder_layer,
+    embedding_scale,
+    forward,
+    initial_precision,
+)
 from pldr_ref.exact.arb.ops import arb_op
 from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, Stages, certify
+from pldr_ref.model import resolve_pad_masking
 from pldr_ref.params import GLUParams, Params
 
 ArbRunner = Callable[[PLDRConfig | None, Params | None, Mapping[str, Any], Mapping[str, np.ndarray]],
@@ -95,7 +103,8 @@ def _forward(config, params, args, inputs):
     if params is None:
         raise ValueError("exact forward needs parameters")
     return forward(params, inputs["token_ids"], start_pos=int(args.get("start_pos", 0)),
-                   attention_mask=inputs.get("attention_mask"), pad_masking=bool(args.get("pad_masking", True)))
+                   attention_mask=inputs.get("attention_mask"),
+                   pad_masking=resolve_pad_masking(params.config, args.get("pad_masking")))
 
 
 ARB_RUNNERS: dict[str, ArbRunner] = {
@@ -132,6 +141,12 @@ def run_arb(kind: str, config: PLDRConfig | None, params: Params | None, args: M
     runner = ARB_RUNNERS.get(kind)
     if runner is None:
         raise ValueError(f"no arb-engine runner for fixture kind {kind!r}; kinds: {sorted(ARB_RUNNERS)}")
+    cfg = config if config is not None else (params.config if params is not None else None)
+    if cfg is not None:
+        check_arb_supports(cfg)
+    unsupported = sorted({"position_ids", "rope_cos", "rope_sin"} & set(inputs))
+    if unsupported:
+        raise NotImplementedError(f"the arb engine takes no {unsupported} inputs; use the mpmath engine")
     return runner(config, params, args, inputs)
 
 

@@ -195,6 +195,20 @@ def forward_stages(params: Params, ids: np.ndarray, *, start_pos: int, key_paddi
     yield "logits", lm_head(params, x), False, rn32.undecided > 0
 
 
+#: Emulation switches (issue 12) that the arb engine evaluates only at these values.
+ARB_SWITCH_VALUES = {"rope_table": "auto", "rope_arithmetic": "auto", "score_scale": "exact",
+                     "mask_add_dtype": "float64", "softmax_precision": "float64", "masked_row": "arithmetic"}
+
+
+def check_arb_supports(config: PLDRConfig) -> None:
+    """``NotImplementedError`` naming each switch the arb engine does not evaluate at the config's value
+    (never a silent evaluation at the default; the mpmath engine evaluates them all)."""
+    off = {k: getattr(config, k) for k, v in ARB_SWITCH_VALUES.items() if getattr(config, k) != v}
+    if off:
+        raise NotImplementedError(f"the arb engine evaluates {sorted(off)} only at {ARB_SWITCH_VALUES}; got {off}; "
+                                  "use engine='mpmath'")
+
+
 def forward_certified(params: Params, token_ids: Any, *, start_pos: int = 0, attention_mask: Any = None,
                       pad_masking: bool = True, prec: int | None = None, max_prec: int = DEFAULT_MAX_PREC,
                       on_stage: Callable[[str], None] | None = None) -> Certified:
@@ -205,6 +219,7 @@ def forward_certified(params: Params, token_ids: Any, *, start_pos: int = 0, att
     if not isinstance(params, Params):
         raise TypeError(f"params must be a pldr_ref.Params, got {type(params).__name__}")
     c = params.config
+    check_arb_supports(c)
     ids = validate_token_ids(token_ids, c, start_pos)
     if attention_mask is not None:
         key_padding = validate_attention_mask(attention_mask, ids.shape)
