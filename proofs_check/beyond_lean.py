@@ -318,7 +318,7 @@ CHECKS = (
           slack="dominant eigenvalue |Im| <= 1e-12 rho; strict gap and positivity in float",
           dropped="A_LM > 0 (signed real G_LM instead)"),
     Check("singular_value_perturbation", (), "Prop. 3.9(iv)", THEOREM, (HYPOTHESIS, REAL_G_LM),
-          ("numpy.linalg.svd",), sv_perturbation_run, sv_perturbation_control,
+          (), sv_perturbation_run, sv_perturbation_control,
           slack="4 gamma(d) sigma_1 on singular values; log-determinant", dropped="||Delta||_2 <= delta",
           note="determinant bound compared in logs: at d_k = 64 the products under/overflow"),
     Check("commutant_criterion_multiplane", (), "Prop. 4.1 / Cor. 7.1", THEOREM, (HYPOTHESIS, REAL_G_LM),
