@@ -143,4 +143,9 @@ REDUNDANT_HYPOTHESES: dict[str, str] = {
     "softmax_shift": "n >= 1: with n = 0 both sides are the empty vector",
     "softmax_eq_iff_shift": "n >= 1: with n = 0 both sides of the iff hold",
     "maskedSoftmax_nonneg": "J nonempty: an empty J gives the zero row (Lean x/0 = 0; pldr_ref the same), still >= 0",
+    "maskedSoftmax_eq_iff_shift": "J nonempty: with J empty both rows are zero and the shift condition is vacuous",
+    "rowVar_shift": "d >= 1: at d = 0 Lean's rowVar is 0/0 = 0 on both sides",
+    "rowMean_smul": "d >= 1: at d = 0 Lean's rowMean is 0 = c 0",
+    "rowVar_smul": "d >= 1: at d = 0 Lean's rowVar is 0 = c^2 0",
+    "lnEps_shift": "d >= 1: at d = 0 both sides are the empty vector",
 }

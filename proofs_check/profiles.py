@@ -70,11 +70,27 @@ class recording:  # noqa: N801 (a context manager used like a function)
         _RECORDS.pop()
 
 
-def record_ratio(value: float) -> None:
-    """Keep ``value`` (observed / bound of an inequality) if it is the largest seen in the current check."""
+_NO_SHRINK: list[bool] = []
+
+
+class no_shrinking:  # noqa: N801 (a context manager used like a function)
+    """Inside the block positive properties stop at their first failure (the mutation run needs the verdict,
+    not a minimal counterexample)."""
+
+    def __enter__(self) -> None:
+        _NO_SHRINK.append(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _NO_SHRINK.pop()
+
+
+def record_ratio(observed: float, bound: float = 1.0) -> None:
+    """Keep observed / bound of an inequality if it is the largest seen in the current check (bound <= 0 and
+    NaN are ignored: no sharpness information)."""
     rec = current_record()
-    if rec is not None and value == value:  # NaN never counts as sharpness
-        rec.ratio = float(value) if rec.ratio is None else max(rec.ratio, float(value))
+    value = float(observed) / float(bound) if bound > 0 else float("nan")
+    if rec is not None and value == value:
+        rec.ratio = value if rec.ratio is None else max(rec.ratio, value)
 
 
 def check_profile(profile: str) -> str:
@@ -108,6 +124,9 @@ def property_settings(profile: str, negative: bool = False) -> settings:
             verbosity=Verbosity.quiet,
             **common,
         )
+    if _NO_SHRINK:
+        return settings(max_examples=_EXAMPLES[profile], phases=(Phase.explicit, Phase.generate),
+                        verbosity=Verbosity.quiet, **common)
     return settings(max_examples=_EXAMPLES[profile], **common)
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import mpmath
 import numpy as np
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from pldr_ref.attention import MASK_MODES, apply_mask, masked_softmax, mix_values
-from proofs_check.profiles import expect_counterexample, expect_violation, run_property
+from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property
 from proofs_check.registry import HYPOTHESIS, MPMATH, THEOREM, Check
 from proofs_check.rounding import UNIT_ROUNDOFF, gamma
 from proofs_check.strategies import reals, rows_with_support, vectors
+from proofs_check.tracing import captured_locals
 
 FLOAT_SPREAD = 700.0  # below this score spread no weight underflows to 0 in float64
 MP_DPS = 50
@@ -41,22 +43,34 @@ def _close_rel(a: np.ndarray, b: np.ndarray, rtol: float) -> bool:
 # ---------------------------------------------------------------- unmasked softmax
 
 
+def operator_denominator(x: np.ndarray) -> tuple[np.ndarray, float]:
+    """(weights, the denominator sum_j e^{x_j - max x} that the real ``masked_softmax`` evaluated), read from
+    the operator's frame; the Lean denominator is this value times e^{max x} > 0."""
+    with captured_locals("pldr_ref.attention.masked_softmax") as frames:
+        p = masked_softmax(np.asarray(x, dtype=np.float64))
+    return p, float(np.asarray(frames[-1]["z"]).ravel()[0])
+
+
 def denom_pos_run(profile: str) -> str:
-    """[n>=1] sum_j e^{x_j} > 0: mpmath for any spread; the real softmax stays finite with max weight >= 1/n."""
+    """[n>=1] sum_j e^{x_j} > 0: mpmath for any spread; the denominator the real ``masked_softmax`` evaluates
+    (sum_j e^{x_j - max}) is >= 1 (the max term is e^0) and finite, and its max weight is >= 1/n."""
 
     def prop(x: np.ndarray) -> None:
         with mpmath.workdps(MP_DPS):
             assert mpmath.fsum(mpmath.exp(mpmath.mpf(v)) for v in x) > 0
-        p = softmax(x)
+        p, z = operator_denominator(x)
+        assert 1.0 <= z <= x.size and np.isfinite(z)
         assert np.all(np.isfinite(p)) and p.max() >= (1.0 - gamma(x.size + 4)) / x.size
 
     return run_property(profile, prop, vectors(1, 12, -1e4, 1e4))
 
 
 def denom_pos_control(profile: str) -> str:
-    """n = 0 (every key masked) has denominator 0: the implemented row is all zeros, not a distribution."""
-    p = masked(np.array([1.0, 2.0, 3.0]), np.zeros(3, dtype=bool))
-    return expect_violation(float(p.sum()) == 0.0, f"empty support gives sum {p.sum()}")
+    """n = 0 terms (every key of the row masked, the empty index set): the operator's denominator is 0."""
+    with captured_locals("pldr_ref.attention.masked_softmax") as frames:
+        p = masked(np.array([1.0, 2.0, 3.0]), np.zeros(3, dtype=bool))
+    z = float(np.asarray(frames[-1]["z"]).ravel()[0])
+    return expect_violation(z == 0.0, f"denominator {z} over an empty index set (row {p})")
 
 
 def softmax_pos_run(profile: str) -> str:
@@ -66,8 +80,8 @@ def softmax_pos_run(profile: str) -> str:
         with mpmath.workdps(MP_DPS):
             e = [mpmath.exp(mpmath.mpf(v)) for v in x]
             assert all(v / mpmath.fsum(e) > 0 for v in e)
-        if np.ptp(x) < FLOAT_SPREAD:
-            assert np.all(softmax(x) > 0.0)
+        narrow = np.maximum(x, x.max() - (FLOAT_SPREAD - 1.0))  # the same row with its spread cut below 700
+        assert np.all(softmax(narrow) > 0.0)
 
     return run_property(profile, prop, vectors(1, 12, -1e4, 1e4))
 
@@ -82,13 +96,15 @@ def sum_one_run(profile: str) -> str:
     """[n>=1] |sum_i softmax(x)_i - 1| <= gamma(n+4)."""
 
     def prop(x: np.ndarray) -> None:
-        assert abs(softmax(x).sum() - 1.0) <= gamma(x.size + 4)
+        err = abs(softmax(x).sum() - 1.0)
+        record_ratio(err, gamma(x.size + 4))
+        assert err <= gamma(x.size + 4)
 
     return run_property(profile, prop, vectors(1, 64, -1e3, 1e3))
 
 
 def sum_one_control(profile: str) -> str:
-    """Dropping n >= 1 (empty allowed set): the row sums to 0."""
+    """Dropping n >= 1 (no allowed key: the empty index set): the row sums to 0."""
     p = masked(np.zeros(4), np.zeros(4, dtype=bool))
     return expect_violation(float(p.sum()) == 0.0, f"sum = {p.sum()}")
 
@@ -120,12 +136,15 @@ def avg_le_run(profile: str) -> str:
         out = mix_values(p[None, None, None, :], v[None, None])[0, 0, 0]
         slack = gamma(x.size + 4) * np.max(np.abs(v), axis=0)
         assert np.all(out <= v.max(axis=0) + slack) and np.all(out >= v.min(axis=0) - slack)
+        spread = v.max(axis=0) - v.min(axis=0)
+        record_ratio(float(np.max((out - v.min(axis=0)) / np.where(spread > 0, spread, 1.0))))
 
     return run_property(profile, prop, vectors(1, 12, -50.0, 50.0), st.integers(0, 2**32 - 1))
 
 
 def avg_le_control(profile: str) -> str:
-    """Dropping 'v_i <= M for all i' (M = max over all but the largest value): the average exceeds M."""
+    """Dropping 'v_i <= M for all i' (M = max over all but the last value, which exceeds M): the average
+    exceeds M."""
 
     def prop(x: np.ndarray) -> None:
         v = np.arange(x.size, dtype=np.float64)
@@ -219,10 +238,13 @@ def masked_eq_zero_run(profile: str) -> str:
 
 
 def masked_eq_zero_control(profile: str) -> str:
-    """The finite additive mask with an empty allowed set (underflow precondition dropped): masked entries
-    get 1/n, not 0."""
-    p = masked(np.array([1.0, 2.0, 3.0]), np.zeros(3, dtype=bool), "additive")
-    return expect_violation(bool(np.all(p > 0.0)), f"additive-mask weights {p}")
+    """Dropping i not in J: the weights of allowed entries are not 0."""
+
+    def prop(row: tuple[np.ndarray, np.ndarray]) -> None:
+        x, allowed = row
+        assert np.all(masked(x, allowed)[allowed] == 0.0), "an allowed entry has nonzero weight"
+
+    return expect_counterexample(profile, prop, rows_with_support(lo=-30.0, hi=30.0))
 
 
 def masked_sum_one_run(profile: str) -> str:
@@ -297,34 +319,36 @@ def masked_eq_iff_control(profile: str) -> str:
     return expect_counterexample(profile, prop, rows_with_support(lo=-5.0, hi=5.0))
 
 
+_SOFTMAX = ("pldr_ref.attention.masked_softmax",)
+_MASKED = ("pldr_ref.attention.masked_softmax", "pldr_ref.attention.apply_mask")
+
+
 def _check(name: str, paper: str, run, control, slack: str, dropped: str, method=(HYPOTHESIS,), note: str = ""):
-    return Check(
-        name, (name,), paper, THEOREM, method, ("pldr_ref.attention.masked_softmax", "pldr_ref.attention.apply_mask"),
-        run, control, slack=slack, dropped=dropped, note=note,
-    )
+    ex = _MASKED if name.startswith("masked") else _SOFTMAX
+    return Check(name, (name,), paper, THEOREM, method, ex, run, control, slack=slack, dropped=dropped, note=note)
 
 
 CHECKS = (
     _check("softmax_denom_pos", "Prop. 3.12", denom_pos_run, denom_pos_control, "max weight >= (1-gamma(n+4))/n",
            "n >= 1", (MPMATH, HYPOTHESIS)),
     _check("softmax_pos", "Prop. 3.12", softmax_pos_run, softmax_pos_control, "exact > 0 for spread < 700",
-           "score spread < 700 (float domain)", (MPMATH, HYPOTHESIS),
+           "float domain: score spread < 700", (MPMATH, HYPOTHESIS),
            note="weights underflow to 0.0 in float64 for spreads > ~745; mpmath covers those"),
     _check("softmax_sum_one", "Prop. 3.12", sum_one_run, sum_one_control, "gamma(n+4)", "n >= 1"),
     _check("softmax_shift", "Prop. 3.12 / Prop. 5.2(iii)", shift_run, _nonconstant_shift_changes,
            "rel 8u(2|x|+2|c|) + 2 gamma(n+4) per weight", "the shift is constant"),
     _check("softmax_avg_le", "Prop. 3.12(ii)", avg_le_run, avg_le_control, "gamma(n+4) max|v|",
-           "v_i <= M for every i"),
+           "v_i <= M for all i"),
     _check("softmax_eq_iff_shift", "Prop. 5.2(iii) row level", eq_iff_shift_run, _nonconstant_shift_changes,
            "16u(|x|+|y|+1) + 4 gamma(n+4) on log-ratio spreads", "the shift is constant"),
     _check("maskedSoftmax_denom_pos", "Prop. 3.12", masked_denom_pos_run, denom_pos_control, "gamma(n+4)",
            "J nonempty"),
     _check("maskedSoftmax_nonneg", "Prop. 3.12", masked_nonneg_run, masked_nonneg_control, "none (exact >= 0)",
-           "max-subtracted evaluation (naive exp overflows to NaN)"),
+           "max subtraction of the operator (naive exp overflows to NaN)"),
     _check("maskedSoftmax_pos", "Prop. 3.12", masked_pos_run, masked_pos_control, "exact > 0, spread on J < 700",
            "i in J"),
     _check("maskedSoftmax_eq_zero", "Prop. 3.12", masked_eq_zero_run, masked_eq_zero_control,
-           "none (exact == 0.0)", "underflow precondition of the finite mask (J nonempty)",
+           "none (exact == 0.0)", "i not in J",
            note="finite -1e9 / finfo.min masks give exact 0 only through underflow: an implementation property"),
     _check("maskedSoftmax_sum_one", "Prop. 3.12", masked_sum_one_run, sum_one_control, "gamma(n+4)",
            "J nonempty"),

@@ -34,6 +34,10 @@ def _module_name(filename: str) -> str | None:
     return ".".join(["pldr_ref", *parts])
 
 
+#: Code objects of stand-in functions (operator mutants) -> the pldr_ref operator they replace.
+ALIASES: dict[CodeType, str] = {}
+
+
 class Tracer:
     """Profile hook recording every pldr_ref function called (``module.qualname``) while installed."""
 
@@ -46,6 +50,9 @@ class Tracer:
         self._previous: Any = None
 
     def _name(self, code: CodeType) -> str | None:
+        alias = ALIASES.get(code)
+        if alias is not None:
+            return alias
         try:
             return self._names[code]
         except KeyError:
