@@ -13,7 +13,7 @@ from pldr_ref.constants import EPS_ADJ
 from pldr_ref.dag import dag_loss, hadamard_square, notears_h
 from pldr_ref.plga import metric_tensor
 from proofs_check.models import tiny_forward
-from proofs_check.profiles import expect_counterexample, expect_violation, run_property
+from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property
 from proofs_check.registry import EXACT_FLOAT, HYPOTHESIS, MPMATH, THEOREM, Check
 from proofs_check.rounding import gamma
 from proofs_check.strategies import seeds, square_matrices
@@ -95,7 +95,10 @@ def trace_exp_card_trace_run(profile: str) -> str:
         n = hadamard_square(m)
         h = float(notears_h(m))
         assert h >= np.trace(n) * (1 - gamma(4 * d))
+        # the loss D = log(tr e^N / d) = log1p(h / d) >= log1p(tr N / d)
+        assert float(dag_loss(m)) >= np.log1p(np.trace(n) / d) * (1 - gamma(4 * d))
         assert np.trace(scipy.linalg.expm(n)) >= (d + np.trace(n)) * (1 - gamma(4 * d))
+        record_ratio(d + np.trace(n), d + h)
 
     return run_property(profile, prop, square_matrices(1, 6, -3.0, 3.0))
 

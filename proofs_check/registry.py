@@ -29,6 +29,7 @@ __all__ = ["PROFILES", "Check", "Outcome", "all_checks", "run_check"]
 #: Control kinds: the control drops one Lean hypothesis, or (statements without one) mutates the function.
 HYPOTHESIS_DROP = "hypothesis drop"
 MUTATION_CONTROL = "mutation control"
+FLOAT_BOUNDARY = "float-domain boundary"
 
 #: Epistemic labels (paper Section 1 conventions).
 THEOREM = "theorem"
@@ -108,8 +109,11 @@ class Check:
 
     @property
     def control_kind(self) -> str:
-        """'hypothesis drop' when ``dropped`` is a Lean hypothesis of the statement, else 'mutation control'."""
-        return HYPOTHESIS_DROP if self.dropped in self.hypotheses else MUTATION_CONTROL
+        """'hypothesis drop' when ``dropped`` is a Lean hypothesis of the statement, 'float-domain boundary' when it
+        is the float64 domain of a strict real inequality, else 'mutation control'."""
+        if self.dropped in self.hypotheses:
+            return HYPOTHESIS_DROP
+        return FLOAT_BOUNDARY if self.dropped.startswith("float domain") else MUTATION_CONTROL
 
     @property
     def redundant(self) -> str:
