@@ -152,7 +152,7 @@ def worst_direction(z: np.ndarray) -> np.ndarray:
     """Unit top eigenvector of the softmax Jacobian diag(p) - p p^T at z (p from the real operator): the
     direction of steepest change, used as the adversarial perturbation of the Lipschitz searches."""
     p = masked_softmax(z)
-    w, v = np.linalg.eigh(np.diag(p) - np.outer(p, p))
+    _, v = np.linalg.eigh(np.diag(p) - np.outer(p, p))
     return v[:, -1]
 
 

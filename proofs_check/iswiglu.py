@@ -9,9 +9,9 @@ from pldr_ref.activations import iswiglu, sigmoid, silu
 from pldr_ref.constants import EPS_ADJ
 from pldr_ref.plga import metric_tensor
 from proofs_check.models import tiny_forward
+from proofs_check.mutants import patched
 from proofs_check.profiles import expect_counterexample, expect_violation, run_property
 from proofs_check.registry import EXACT_FLOAT, HYPOTHESIS, MPMATH, THEOREM, Check
-from proofs_check.mutants import patched
 from proofs_check.rounding import SUBNORMAL_FLOOR, UNIT_ROUNDOFF
 from proofs_check.strategies import reals, square_matrices
 

@@ -96,7 +96,7 @@ class Mutant:
 
 def _ln(variant: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
-        def layer_norm(x, gamma, beta, eps=1e-6):  # noqa: ANN001, ANN202 (same signature as the operator)
+        def layer_norm(x, gamma, beta, eps=1e-6):
             x = np.asarray(x, dtype=np.float64)
             n = x.shape[-1]
             mu = x.mean(axis=-1, keepdims=True)
@@ -148,51 +148,51 @@ def _sigmoid_sign(z: np.ndarray) -> np.ndarray:
     return expit(-np.asarray(z, dtype=np.float64))
 
 
-def _metric_no_eps(a, W, b, eps_adj=1e-9):  # noqa: ANN001, ANN202
+def _metric_no_eps(a, W, b, eps_adj=1e-9):
     from pldr_ref.activations import iswiglu
     from pldr_ref.plga import _per_head
 
     return iswiglu(np.matmul(_per_head(W, a), a) + _per_head(b, a))
 
 
-def _metric_eps_inside(a, W, b, eps_adj=1e-9):  # noqa: ANN001, ANN202
+def _metric_eps_inside(a, W, b, eps_adj=1e-9):
     from pldr_ref.activations import iswiglu
     from pldr_ref.plga import _per_head
 
     return iswiglu(np.matmul(_per_head(W, a), a) + _per_head(b, a) + eps_adj)
 
 
-def _potential_p_transposed(a_lm, P):  # noqa: ANN001, ANN202
+def _potential_p_transposed(a_lm, P):
     from pldr_ref.plga import _per_head
 
     return np.power(a_lm, _per_head(np.swapaxes(P, -1, -2), a_lm))
 
 
-def _potential_abs_exponent(a_lm, P):  # noqa: ANN001, ANN202
+def _potential_abs_exponent(a_lm, P):
     from pldr_ref.plga import _per_head
 
     return np.power(a_lm, _per_head(np.abs(P), a_lm))
 
 
-def _energy_no_b_a(a_p, a, b_a):  # noqa: ANN001, ANN202
+def _energy_no_b_a(a_p, a, b_a):
     from pldr_ref.plga import _per_head
 
     return np.matmul(_per_head(a, a_p), a_p)
 
 
-def _density_scaled(q_rot):  # noqa: ANN001, ANN202
+def _density_scaled(q_rot):
     a0 = np.matmul(np.swapaxes(q_rot, -1, -2), q_rot) / q_rot.shape[-2]
     return 0.5 * (a0 + np.swapaxes(a0, -1, -2))
 
 
-def _density_outer_rows(q_rot):  # noqa: ANN001, ANN202
+def _density_outer_rows(q_rot):
     # the Gram of the rows (Q Q^T) where the Gram of the columns (Q^T Q) is meant
     a0 = np.matmul(q_rot, np.swapaxes(q_rot, -1, -2))
     return 0.5 * (a0 + np.swapaxes(a0, -1, -2))
 
 
 def _softmax_variant(variant: str):
-    def masked_softmax(logits, *, overwrite_input=False):  # noqa: ANN001, ANN202
+    def masked_softmax(logits, *, overwrite_input=False):
         x = np.asarray(logits, dtype=np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
             if variant == "no_max":
@@ -205,14 +205,15 @@ def _softmax_variant(variant: str):
             if variant == "plus_one":
                 return e / (z + 1.0)
             if variant == "axis":
-                zz = np.sum(e, axis=0, keepdims=True)
+                axis = -2 if e.ndim >= 2 else -1  # normalized over the query axis of a batch of rows
+                zz = np.sum(e, axis=axis, keepdims=True)
                 return e / np.where(zz == 0, 1.0, zz)
             return e / np.where(z == 0, 1.0, z)
 
     return _replace(masked_softmax)
 
 
-def _apply_mask_inverted(scores, mask, mode, mask_value=-1e9):  # noqa: ANN001, ANN202
+def _apply_mask_inverted(scores, mask, mode, mask_value=-1e9):
     from pldr_ref.attention import FINFO_MIN_F64
 
     if mask is None:
@@ -227,7 +228,7 @@ def _apply_mask_inverted(scores, mask, mode, mask_value=-1e9):  # noqa: ANN001, 
 
 def _rope_variant(variant: str):
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
-        def apply_rope(x, positions, *, layout="interleaved", precision="exact", base=10000.0):  # noqa: ANN001, ANN202
+        def apply_rope(x, positions, *, layout="interleaved", precision="exact", base=10000.0):
             pos = np.asarray(positions)
             if variant == "sign":
                 return original(x, -pos, layout=layout, precision=precision, base=base)
@@ -240,12 +241,12 @@ def _rope_variant(variant: str):
     return make
 
 
-def _rope_frequencies_half(d_k, base, precision="exact"):  # noqa: ANN001, ANN202
+def _rope_frequencies_half(d_k, base, precision="exact"):
     return np.power(float(base), -np.arange(0, d_k, 2, dtype=np.float64) / (2 * d_k))
 
 
 def _scores_variant(variant: str):
-    def attention_scores(q_rot, g_lm, k_rot):  # noqa: ANN001, ANN202
+    def attention_scores(q_rot, g_lm, k_rot):
         d_k = q_rot.shape[-1]
         g = np.swapaxes(g_lm, -1, -2) if variant == "g_transposed" else g_lm
         qg = np.matmul(q_rot[..., None, :], g)[..., 0, :] if g.ndim == 5 else np.matmul(q_rot, g)
@@ -255,14 +256,14 @@ def _scores_variant(variant: str):
     return _replace(attention_scores)
 
 
-def _metric_learner_columns(a0, lp, kind, eps):  # noqa: ANN001, ANN202
+def _metric_learner_columns(a0, lp, kind, eps):
     from pldr_ref.metric_learner import metric_learner_v500, metric_learner_v900
 
     fn = metric_learner_v500 if kind == "v500" else metric_learner_v900
     return np.swapaxes(fn(np.swapaxes(a0, -1, -2), lp, eps), -1, -2)
 
 
-def _notears_unsquared(m):  # noqa: ANN001, ANN202
+def _notears_unsquared(m):
     from pldr_ref.dag import _check_square
 
     a = _check_square(m)
@@ -276,7 +277,7 @@ def _expm(m: np.ndarray) -> np.ndarray:
     return scipy.linalg.expm(m)
 
 
-def _dag_log(m):  # noqa: ANN001, ANN202
+def _dag_log(m):
     from pldr_ref.dag import notears_h
 
     a = np.asarray(m, dtype=np.float64)
@@ -284,18 +285,20 @@ def _dag_log(m):  # noqa: ANN001, ANN202
         return np.log(np.asarray(notears_h(a)) / a.shape[-1])
 
 
-def _g_cache_stale(output):  # noqa: ANN001, ANN202
+def _g_cache_stale(output):
     from pldr_ref.inference.cache import GCache, LayerG
 
     first = output.layers[0]
     return GCache(tuple(LayerG(first.A_LM, first.A_P, first.G_LM) for _ in output.layers))
 
 
-def _prefix_rows_shifted(params, ids, *args, **kwargs):  # noqa: ANN001, ANN202
+def _prefix_first_row(params, token_ids, start=1):
     from pldr_ref.model import forward
 
-    # "online" rows read from a block call on the whole sequence (the cache of the future is not dropped)
-    return forward(params, np.asarray(ids)).logits
+    # each prefix call reports its first row instead of its last (getHead for getLast)
+    ids = np.asarray(token_ids).reshape(-1, np.shape(token_ids)[-1])
+    rows = [forward(params, ids[:, :t]).logits[:, 0] for t in range(start, ids.shape[1] + 1)]
+    return np.stack(rows, axis=1)
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -318,7 +321,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("softmax_no_max", "pldr_ref.attention.masked_softmax", "no max subtraction", _softmax_variant("no_max")),
     Mutant("softmax_norm_plus_one", "pldr_ref.attention.masked_softmax", "divides by sum + 1",
            _softmax_variant("plus_one")),
-    Mutant("softmax_axis", "pldr_ref.attention.masked_softmax", "normalized over the first axis",
+    Mutant("softmax_axis", "pldr_ref.attention.masked_softmax", "normalized over axis -2 (queries), not -1",
            _softmax_variant("axis")),
     Mutant("mask_inverted", "pldr_ref.attention.apply_mask", "mask polarity inverted", _replace(_apply_mask_inverted)),
     Mutant("rope_angle_sign", "pldr_ref.rope.apply_rope", "rotation by -n theta", _rope_variant("sign")),
@@ -335,8 +338,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("dag_loss_log", "pldr_ref.dag.dag_loss", "D = log(h / d) instead of log1p(h / d)", _replace(_dag_log)),
     Mutant("g_cache_stale", "pldr_ref.inference.cache.g_cache_from_output", "every layer caches layer 0's G",
            _replace(_g_cache_stale)),
-    Mutant("online_rows_from_block", "pldr_ref.inference.scoring.prefix_final_row_logits",
-           "online rows read from one block call", _replace(_prefix_rows_shifted)),
+    Mutant("online_first_row", "pldr_ref.inference.scoring.prefix_final_row_logits",
+           "each prefix call reports its first row, not its last", _replace(_prefix_first_row)),
 )
 
 

@@ -15,6 +15,20 @@ from proofs_check.strategies import reals, seeds
 from proofs_check.torus import J2, commutant_projection, plane_frequencies, rope_rotation, rot
 
 ANGLE = reals(-1e3, 1e3)
+ROPE_BASE = 10000.0
+
+
+def lean_rot(theta: float) -> np.ndarray:
+    """Oracle: the Lean definition rot theta = [[cos theta, -sin theta], [sin theta, cos theta]]."""
+    return np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
+
+
+def lean_plane_frequency(a: int, d_k: int = REAL_D_K) -> float:
+    """Oracle: theta_a = base^(-2a/d_k) in mpmath (30 digits), rounded once (catalog section 1)."""
+    import mpmath
+
+    with mpmath.workdps(30):
+        return float(mpmath.mpf(ROPE_BASE) ** (-mpmath.mpf(2 * a) / d_k))
 
 
 def angle_atol(*angles: float) -> float:
@@ -40,11 +54,18 @@ def rot_mul_run(profile: str) -> str:
 
     def prop(theta: float, phi: float, seed: int) -> None:
         assert np.abs(rot(theta) @ rot(phi) - rot(theta + phi)).max() <= angle_atol(theta, phi)
+        # oracle: the operator's 2x2 rotation is the Lean rot (orientation and angle)
+        assert np.abs(rot(theta) - lean_rot(theta)).max() <= angle_atol(theta), "apply_rope 2x2 != rot theta"
         rng = np.random.default_rng(seed)
         n, m = (int(v) for v in rng.integers(0, 4096, size=2))
         x = rng.normal(size=(1, REAL_D_K))
         twice = apply_rope(apply_rope(x, np.array([n])), np.array([m]))
         assert np.abs(twice - apply_rope(x, np.array([n + m]))).max() <= angle_atol(n, m) * 4 * np.abs(x).max()
+        # oracle at d_k = 64: plane a of R_n is rot(n theta_a) with theta_a = base^(-2a/d_k)
+        a = int(rng.integers(0, REAL_D_K // 2))
+        block = rope_rotation(np.array([n]), REAL_D_K)[0][2 * a: 2 * a + 2, 2 * a: 2 * a + 2]
+        angle = n * lean_plane_frequency(a)
+        assert np.abs(block - lean_rot(angle)).max() <= angle_atol(angle) * 4, "RoPE plane != rot(n theta_a)"
 
     return run_property(profile, prop, ANGLE, ANGLE, seeds())
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import mpmath
 import numpy as np
-from hypothesis import assume
 from hypothesis import strategies as st
 
 from pldr_ref.attention import MASK_MODES, apply_mask, masked_softmax, mix_values
@@ -19,14 +18,26 @@ FLOAT_SPREAD = 700.0  # below this score spread no weight underflows to 0 in flo
 MP_DPS = 50
 
 
+def _in_batch(row: np.ndarray) -> np.ndarray:
+    """The row as the first of three rows of a [3, n] logit block (the operator works on batches of rows: row 0
+    must not depend on the others, so an operator normalizing over the wrong axis is exposed)."""
+    row = np.asarray(row, dtype=np.float64)
+    other = np.where(np.isfinite(row), 0.5 * row[::-1] + 1.0, row)
+    return np.stack([row, other, np.where(np.isfinite(row), 0.0, row)])
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
-    """The real ``masked_softmax`` on an unmasked row."""
-    return masked_softmax(np.asarray(x, dtype=np.float64))
+    """The real ``masked_softmax`` on an unmasked row (evaluated inside a batch of rows)."""
+    return masked_softmax(_in_batch(x))[0]
 
 
 def masked(x: np.ndarray, allowed: np.ndarray, mode: str = "ideal") -> np.ndarray:
-    """maskedSoftmax(J, x) through the real ``apply_mask`` + ``masked_softmax`` (mask True = forbidden)."""
-    return masked_softmax(apply_mask(np.asarray(x, dtype=np.float64), ~allowed, mode))
+    """maskedSoftmax(J, x) through the real ``apply_mask`` + ``masked_softmax`` (mask True = forbidden), the row
+    evaluated inside a batch of rows."""
+    block = np.stack([np.asarray(x, dtype=np.float64)] * 3)
+    block[1] = 0.5 * block[1][::-1] + 1.0
+    block[2] = 0.0
+    return masked_softmax(apply_mask(block, np.stack([~allowed] * 3), mode))[0]
 
 
 def shift_rtol(x: np.ndarray, c: float | np.ndarray) -> float:
