@@ -1,9 +1,13 @@
-"""Iswiglu.lean: sigmoid bounds, iSwiGLU >= 0 / > 0, and the A_LM entry floor (paper Def. 3.1, Prop. 3.7)."""
+"""Iswiglu.lean: sigmoid bounds, iSwiGLU >= 0 / > 0, and the A_LM entry floor (paper Def. 3.1, Prop. 3.7).
+
+Beyond Lean (same subject, A_LM > 0): the Perron-Frobenius structure of A_LM (Thm. 3.8).
+"""
 
 from __future__ import annotations
 
 import mpmath
 import numpy as np
+from hypothesis import strategies as st
 
 from pldr_ref.activations import iswiglu, sigmoid, silu
 from pldr_ref.constants import EPS_ADJ
@@ -11,9 +15,10 @@ from pldr_ref.plga import metric_tensor
 from proofs_check.models import tiny_forward
 from proofs_check.mutants import patched
 from proofs_check.profiles import expect_counterexample, expect_violation, run_property
-from proofs_check.registry import EXACT_FLOAT, HYPOTHESIS, MPMATH, THEOREM, Check
+from proofs_check.real_data import REAL_D_K, real_g_lm
+from proofs_check.registry import EXACT_FLOAT, HYPOTHESIS, MPMATH, REAL_G_LM, THEOREM, Check
 from proofs_check.rounding import SUBNORMAL_FLOOR, UNIT_ROUNDOFF
-from proofs_check.strategies import reals, square_matrices
+from proofs_check.strategies import reals, seeds, square_matrices
 
 # float64 domains on which the strict real statements survive rounding (catalog section 2)
 SIGMOID_POS_FLOOR = -700.0  # expit underflows to 0 below about -745
@@ -166,6 +171,58 @@ def metric_entry_pos_control(profile: str) -> str:
     return expect_violation(bool(np.any(a_lm == 0.0)), f"min A_LM = {a_lm.min()} with eps_adj = 0")
 
 
+def perron_structure(a: np.ndarray) -> tuple[float, float, float, float]:
+    """(rho, relative spectral gap (rho - |lambda_2|)/rho, min right Perron vector entry, min left entry) for a
+    square matrix; eigenvectors normalized to unit 2-norm and sign-fixed so that their sum is positive."""
+    lam, right = np.linalg.eig(a)
+    order = np.argsort(-np.abs(lam))
+    lam, right = lam[order], right[:, order]
+    lam_l, left = np.linalg.eig(a.T)
+    left = left[:, np.argmax(np.abs(lam_l))]
+    v, w = right[:, 0], left
+    v = np.real(v * np.sign(np.real(v.sum())))
+    w = np.real(w * np.sign(np.real(w.sum())))
+    rho = float(np.abs(lam[0]))
+    gap = (rho - float(np.abs(lam[1]))) / rho if lam.size > 1 else 1.0
+    assert abs(lam[0].imag) <= 1e-12 * rho and lam[0].real > 0, f"dominant eigenvalue {lam[0]} is not the Perron root"
+    return rho, gap, float(v.min() / np.abs(v).max()), float(w.min() / np.abs(w).max())
+
+
+def perron_run(profile: str) -> str:
+    """A_LM > 0 => rho(A_LM) is a simple positive eigenvalue with positive left/right eigenvectors and every other
+    |lambda| < rho: on A_LM = metric_tensor(...) of random inputs and on every head of a real forward pass.
+    Float form: the dominant eigenvalue is real positive (|Im| <= 1e-12 rho), eigenvector entries > 0."""
+
+    def prop(seed: int, d: int) -> None:
+        rng = np.random.default_rng(seed)
+        a = rng.normal(size=(1, 1, d, d))
+        a_lm = metric_tensor(a, rng.normal(size=(1, d, d)), rng.normal(size=(1, d, d)))[0, 0]
+        _, gap, vmin, wmin = perron_structure(a_lm)
+        assert gap > 0 and vmin > 0 and wmin > 0
+
+    detail = run_property(profile, prop, seeds(), st.integers(1, 12))
+    gaps = []
+    for layer in tiny_forward().layers:
+        for a_lm in layer.A_LM.reshape(-1, *layer.A_LM.shape[-2:]):
+            _, gap, vmin, wmin = perron_structure(a_lm)
+            assert gap > 0 and vmin > 0 and wmin > 0
+            gaps.append(gap)
+    return detail + f"; forward A_LM heads: min relative spectral gap {min(gaps):.3f}"
+
+
+def perron_control(profile: str) -> str:
+    """Positivity dropped: the real G_LM heads (signed) violate the Perron structure on most heads."""
+    bad = 0
+    g = real_g_lm().reshape(-1, REAL_D_K, REAL_D_K)
+    for head in g:
+        try:
+            _, gap, vmin, wmin = perron_structure(head)
+            bad += not (gap > 0 and vmin > 0 and wmin > 0)
+        except AssertionError:
+            bad += 1
+    return expect_violation(bad > 0, f"{bad} of {len(g)} real G_LM heads lack the Perron structure")
+
+
 CHECKS = (
     Check(
         "sigmoid_pos", ("sigmoid_pos",), "Def. 3.1", THEOREM, (MPMATH, HYPOTHESIS),
@@ -202,4 +259,8 @@ CHECKS = (
         ("pldr_ref.plga.metric_tensor", "pldr_ref.model.forward"), metric_entry_pos_run, metric_entry_pos_control,
         slack="none (exact > 0)", dropped="eps > 0",
     ),
+    Check("perron_frobenius_A_LM", (), "Thm. 3.8", THEOREM, (HYPOTHESIS, REAL_G_LM),
+          ("pldr_ref.plga.metric_tensor", "pldr_ref.model.forward"), perron_run, perron_control,
+          slack="dominant eigenvalue |Im| <= 1e-12 rho; strict gap and positivity in float",
+          dropped="A_LM > 0 (signed real G_LM instead)"),
 )

@@ -5,6 +5,9 @@ rowMean / rowVar are the reductions ``layer_norm`` itself evaluates: :func:`ln_r
 ``var`` out of the operator's frame on return (:func:`proofs_check.tracing.captured_locals`).  Every check
 tests the Lean law on those values and, as an independent oracle, that they equal the Lean definitions
 (rowMean = sum r / d, rowVar = sum (r - mean)^2 / d, biased) evaluated with ``math.fsum`` within rounding.
+
+Beyond Lean: Lem. 5.11(ii)-(iv) (scale error, compact range, exact Jacobian and Lipschitz constant on
+variance-floored rows) and the sympy norm identity for every d <= MAX_D.
 """
 
 from __future__ import annotations
@@ -14,15 +17,16 @@ import warnings
 
 import mpmath
 import numpy as np
+import sympy as sp
 from hypothesis import assume
 from hypothesis import strategies as st
 
 from pldr_ref.constants import EPS_LN
 from pldr_ref.norms import layer_norm
 from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property
-from proofs_check.registry import HYPOTHESIS, MPMATH, THEOREM, Check
+from proofs_check.registry import HYPOTHESIS, MPMATH, SYMPY, THEOREM, Check
 from proofs_check.rounding import SUBNORMAL_FLOOR, UNIT_ROUNDOFF, gamma
-from proofs_check.strategies import reals, seeds, vectors
+from proofs_check.strategies import MAX_D, reals, seeds, vectors
 from proofs_check.tracing import captured_locals
 
 
@@ -334,6 +338,149 @@ def sum_sq_control(profile: str) -> str:
     return expect_violation(ok, f"sum u^2 = {on_sphere} = d and constant row -> {const}")
 
 
+def _row_var(r: np.ndarray) -> float:
+    xc = r - r.mean()
+    return float(np.mean(xc * xc))
+
+
+def scale_error_run(profile: str) -> str:
+    """(ii) c > 0, r nonconstant: ||LN(c r) - LN(r)||_2 <= ||gamma||_inf sqrt(d) eps / (2 min(1, c^2) v(r))
+    (plus 8 gamma(2d+6) sqrt(d) ||gamma||_inf rounding)."""
+
+    def prop(r: np.ndarray, log_c: float, seed: int, log_scale: float) -> None:
+        x = r * 10.0**log_scale
+        v = _row_var(x)
+        assume(v >= 1e-3 * EPS_LN)
+        c = 10.0**log_c
+        g = np.random.default_rng(seed).normal(size=x.size)
+        b = np.zeros(x.size)
+        d = x.size
+        gap = np.linalg.norm(layer_norm(c * x, g, b, EPS_LN) - layer_norm(x, g, b, EPS_LN))
+        bound = np.abs(g).max() * np.sqrt(d) * EPS_LN / (2 * min(1.0, c * c) * v)
+        record_ratio(gap, bound)
+        assert gap <= bound + 8 * gamma(2 * d + 6) * np.sqrt(d) * np.abs(g).max()
+
+    # rows with a guaranteed spread (entry 0 pushed 1 above the rest) so that var(x) > 0 by construction
+    rows = vectors(2, 16, -1.0, 1.0).map(lambda r: np.concatenate([[r.max() + 1.0], r[1:]]))
+    return run_property(profile, prop, rows, reals(-2.0, 2.0), seeds(), reals(-3.0, 1.0))
+
+
+def scale_error_control(profile: str) -> str:
+    """Dropping min(1, c^2) (bound eps/(2v) for every c): fails for c < 1."""
+
+    def prop(r: np.ndarray) -> None:
+        x = r * 1e-2
+        v = _row_var(x)
+        if v < 1e-9:
+            return
+        ones, zeros = np.ones(x.size), np.zeros(x.size)
+        gap = np.linalg.norm(layer_norm(0.1 * x, ones, zeros, EPS_LN) - layer_norm(x, ones, zeros, EPS_LN))
+        assert gap <= np.sqrt(x.size) * EPS_LN / (2 * v), "gap exceeds eps/(2v)"
+
+    return expect_counterexample(profile, prop, vectors(4, 16, -1.0, 1.0))
+
+
+def ln_range_run(profile: str) -> str:
+    """(iii) every output row is gamma o u + beta with 1^T u = 0 and ||u||_2 <= sqrt(d); u is layer_norm with
+    gamma = 1, beta = 0.  Float slack on 1^T u: the rounding of the mean, d * 2 gamma(d+2) ||x||_inf, survives
+    centring and is amplified by 1/sqrt(v + eps) (up to 1e3 for nearly constant rows)."""
+
+    def prop(r: np.ndarray, log_scale: float) -> None:
+        x = r * 10.0**log_scale
+        u = layer_norm(x, np.ones(r.size), np.zeros(r.size), EPS_LN)
+        d = r.size
+        scale = np.sqrt(_row_var(x) + EPS_LN)
+        tol = (2 * d * gamma(d + 2) * np.abs(x).max() + gamma(d) * np.abs(x - x.mean()).sum()
+               + (d + 2) * SUBNORMAL_FLOOR) / scale
+        assert abs(u.sum()) <= tol + gamma(d) * np.abs(u).sum()
+        assert np.linalg.norm(u) <= np.sqrt(d) * (1 + gamma(2 * d + 6))
+
+    return run_property(profile, prop, vectors(1, 32, -10.0, 10.0), reals(-8.0, 8.0))
+
+
+def ln_range_control(profile: str) -> str:
+    """Dropping the centring (a map that only scales): the output is not mean-zero."""
+    r = np.array([1.0, 2.0, 6.0])
+    scaled = r / np.sqrt(_row_var(r) + EPS_LN)
+    return expect_violation(abs(scaled.sum()) > 1.0, f"1^T u = {scaled.sum():.2f} without centring")
+
+
+def ln_jacobian(r: np.ndarray, gain: np.ndarray, eps: float = EPS_LN) -> np.ndarray:
+    """Exact Jacobian of r -> gain o u(r) + beta: diag(gain) (I - u u^T / d) P / sqrt(v + eps), P = I - 11^T/d."""
+    d = r.size
+    v = _row_var(r)
+    u = (r - r.mean()) / np.sqrt(v + eps)
+    p = np.eye(d) - np.ones((d, d)) / d
+    return gain[:, None] * ((np.eye(d) - np.outer(u, u) / d) @ p) / np.sqrt(v + eps)
+
+
+def lipschitz_run(profile: str) -> str:
+    """(iv) the exact Jacobian factorization matches central differences of the real layer_norm (rel 1e-5),
+    ||J||_2 <= ||gamma||_inf / sqrt(v + eps), and on pairs of rows both with variance >= v0 (a non-convex set):
+    ||LN(r1) - LN(r2)|| <= ||gamma||_inf / sqrt(v0 + eps) ||r1 - r2|| (radial argument)."""
+
+    def prop(seed: int, d: int, log_scale: float) -> None:
+        rng = np.random.default_rng(seed)
+        r = rng.normal(size=d) * 10.0**log_scale
+        g, b = rng.normal(size=d), rng.normal(size=d)
+        jac = ln_jacobian(r, g)
+        h = 1e-6 * max(np.sqrt(_row_var(r) + EPS_LN), 1e-3)
+        cols = [(layer_norm(r + h * e, g, b, EPS_LN) - layer_norm(r - h * e, g, b, EPS_LN)) / (2 * h)
+                for e in np.eye(d)]
+        fd = np.stack(cols, axis=1)
+        floor = 1e-7 * np.abs(g).max() / np.sqrt(_row_var(r) + EPS_LN)
+        assert np.abs(fd - jac).max() <= 1e-5 * np.abs(jac).max() + floor
+        bound = np.abs(g).max() / np.sqrt(_row_var(r) + EPS_LN)
+        assert np.linalg.norm(jac, 2) <= bound * (1 + gamma(4 * d))
+        r2 = rng.normal(size=d) * 10.0 ** (log_scale + rng.uniform(-1, 1))
+        v0 = min(_row_var(r), _row_var(r2))
+        lip = np.abs(g).max() / np.sqrt(v0 + EPS_LN)
+        diff = np.linalg.norm(layer_norm(r, g, b, EPS_LN) - layer_norm(r2, g, b, EPS_LN))
+        assert diff <= lip * np.linalg.norm(r - r2) * (1 + gamma(4 * d)) + 8 * UNIT_ROUNDOFF * np.abs(b).max()
+
+    return run_property(profile, prop, seeds(), st.integers(2, 16), reals(-3.5, 1.0))
+
+
+def lipschitz_control(profile: str) -> str:
+    """Using the larger variance of the pair (v0 = max instead of the floor): the bound fails."""
+
+    def prop(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        r1 = rng.normal(size=8) * 1e-3
+        r2 = r1 + rng.normal(size=8) * 1.0
+        ones, zeros = np.ones(8), np.zeros(8)
+        v_max = max(_row_var(r1), _row_var(r2))
+        diff = np.linalg.norm(layer_norm(r1, ones, zeros, EPS_LN) - layer_norm(r2, ones, zeros, EPS_LN))
+        assert diff <= np.linalg.norm(r1 - r2) / np.sqrt(v_max + EPS_LN), "Lipschitz bound with max variance fails"
+
+    return expect_counterexample(profile, prop, seeds())
+
+
+_LN = ("pldr_ref.norms.layer_norm",)
+
+
+def ln_norm_run(profile: str) -> str:
+    """sum_i ((r_i - mean) / sqrt(v + eps))^2 = d v / (v + eps) for symbolic r_1..r_d, eps > 0, d = 1..8."""
+    eps = sp.Symbol("eps", positive=True)
+    for d in range(1, MAX_D + 1):
+        r = sp.symbols(f"r0:{d}", real=True)
+        mean = sum(r) / d
+        v = sum((x - mean) ** 2 for x in r) / d
+        lhs = sum(((x - mean) / sp.sqrt(v + eps)) ** 2 for x in r)
+        assert sp.simplify(lhs - d * v / (v + eps)) == 0, d
+    return f"d = 1..{MAX_D}"
+
+
+def ln_norm_control(profile: str) -> str:
+    """Dropping eps from the identity (claiming sum u^2 = d) is false for eps > 0."""
+    eps = sp.Symbol("eps", positive=True)
+    r = sp.symbols("r0:2", real=True)
+    mean = sum(r) / 2
+    v = sum((x - mean) ** 2 for x in r) / 2
+    lhs = sum(((x - mean) / sp.sqrt(v + eps)) ** 2 for x in r)
+    return expect_violation(sp.simplify(lhs - 2) != 0, "sum u^2 != d when eps > 0")
+
+
 _EX = ("pldr_ref.norms.layer_norm",)
 
 
@@ -363,4 +510,17 @@ CHECKS = (
     _c("sum_sq_normalized", "Lem. 5.11(iii)", (HYPOTHESIS, MPMATH), sum_sq_run, sum_sq_control,
        "4 gamma(2d+6) relative; strict < d in mpmath", "eps > 0",
        note="in float64 d v/(v+eps) rounds to d once v/eps > ~1e16: the strict '< d' is checked in mpmath"),
+    Check("layernorm_scale_error", (), "Lem. 5.11(ii)", THEOREM, (HYPOTHESIS,), _LN, scale_error_run,
+          scale_error_control, slack="8 gamma(2d+6) sqrt(d) ||gamma||_inf", dropped="the min(1, c^2) factor"),
+    Check("layernorm_compact_range", (), "Lem. 5.11(iii)", THEOREM, (HYPOTHESIS,), _LN, ln_range_run,
+          ln_range_control,
+          slack="(2 d gamma(d+2)|x|_inf + gamma(d)|x - mean|_1 + (d+2) subnormal)/sqrt(v+eps) on 1^T u; "
+          "relative gamma(2d+6) on ||u||",
+          dropped="centring", note="strict ||u|| < sqrt(d) is checked in mpmath by sum_sq_normalized; the mean's "
+          "rounding is amplified by 1/sqrt(v + eps) in nearly constant rows"),
+    Check("layernorm_lipschitz", (), "Lem. 5.11(iv)", THEOREM, (HYPOTHESIS,), _LN, lipschitz_run, lipschitz_control,
+          slack="Jacobian vs central differences rel 1e-5; bounds relative gamma(4d)",
+          dropped="v0 is the variance floor of both rows"),
+    Check("sympy_layernorm_norm", ("sum_sq_normalized",), "Lem. 5.11(iii)", THEOREM, (SYMPY,), (), ln_norm_run,
+          ln_norm_control, slack="none (exact)", dropped="eps"),
 )

@@ -5,6 +5,9 @@ density operator with identical rows returns identical rows (Prop. 3.11), whose 
 last residual unit's LayerNorm gain and shift are set by the property, so alpha = gain o u + shift covers the
 cases the lemmas need: alpha = 0 (gain = shift = 0), sum alpha = 0 (gain = 1, shift = 0: u is centred) and
 generic alpha.
+
+Beyond Lean: the singular-value perturbation bound of 1 alpha^T + Delta (Prop. 3.9(iv)); exact sympy
+identities: characteristic polynomial lambda^(d-1)(lambda - s) and A^k = s^(k-1) A for every d <= MAX_D.
 """
 
 from __future__ import annotations
@@ -13,16 +16,17 @@ import functools
 
 import numpy as np
 import sympy
+import sympy as sp
 from hypothesis import strategies as st
 
 from pldr_ref.metric_learner import metric_learner
 from pldr_ref.params import NormParams
 from proofs_check.models import tiny_params
 from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property
-from proofs_check.real_data import real_g_lm
+from proofs_check.real_data import REAL_D_K, real_g_lm
 from proofs_check.registry import HYPOTHESIS, REAL_G_LM, SYMPY, THEOREM, Check
 from proofs_check.rounding import UNIT_ROUNDOFF, gamma
-from proofs_check.strategies import seeds, vectors
+from proofs_check.strategies import MAX_D, seeds, vectors
 
 D_K = 8  # d_k of the tiny model
 
@@ -280,6 +284,107 @@ def sq_zero_control(profile: str) -> str:
     return expect_counterexample(profile, _sq_zero_prop(0.5), ROWS, seeds())
 
 
+def sv_bound_holds(m: np.ndarray, alpha: np.ndarray, delta: float) -> tuple[bool, bool]:
+    """(sigma_j(M) <= delta for j >= 2, log|det M| <= log(sqrt(d) ||alpha|| + delta) + (d-1) log delta), both with
+    the float slack 4 gamma(d) sigma_1 (singular values are backward stable to ~u ||M||_2)."""
+    d = m.shape[0]
+    sv = np.linalg.svd(m, compute_uv=False)
+    slack = 4 * gamma(d) * sv[0]
+    sv_ok = bool(np.all(sv[1:] <= delta + slack))
+    sign, logdet = np.linalg.slogdet(m)
+    bound = np.log(np.sqrt(d) * np.linalg.norm(alpha) + delta + slack) + (d - 1) * np.log(delta + slack)
+    det_ok = bool(sign == 0 or logdet <= bound + 1e-12 * abs(bound))
+    return sv_ok, det_ok
+
+
+def sv_perturbation_run(profile: str) -> str:
+    """A' = 1 alpha^T + Delta, ||Delta||_2 <= delta => sigma_j(A') <= delta (j >= 2) and |det A'| <=
+    (sqrt(d) ||alpha||_2 + delta) delta^(d-1): random alpha, Delta, and all 70 real G_LM heads with alpha = the
+    mean row (any alpha is allowed) and delta = ||G - 1 alpha^T||_2."""
+
+    def prop(seed: int, d: int, scale: float) -> None:
+        rng = np.random.default_rng(seed)
+        alpha = rng.normal(size=d)
+        delta_m = scale * rng.normal(size=(d, d))
+        m = np.ones((d, 1)) * alpha + delta_m
+        assert all(sv_bound_holds(m, alpha, float(np.linalg.norm(delta_m, 2))))
+
+    detail = run_property(profile, prop, seeds(), st.integers(1, 10), st.sampled_from([1e-8, 1e-3, 0.1, 10.0]))
+    worst = 0.0
+    for g in real_g_lm().reshape(-1, REAL_D_K, REAL_D_K):
+        alpha = g.mean(axis=0)
+        delta = float(np.linalg.norm(g - np.ones((REAL_D_K, 1)) * alpha, 2))
+        assert all(sv_bound_holds(g, alpha, delta))
+        worst = max(worst, float(np.linalg.svd(g, compute_uv=False)[1] / delta))
+    return detail + f"; real G_LM: max sigma_2 / delta = {worst:.3f}"
+
+
+def sv_perturbation_control(profile: str) -> str:
+    """Dropping ||Delta||_2 <= delta (delta taken as half the norm): sigma_2 exceeds delta."""
+    rng = np.random.default_rng(3)
+    alpha, delta_m = rng.normal(size=6), rng.normal(size=(6, 6))
+    m = np.ones((6, 1)) * alpha + delta_m
+    sv_ok, _ = sv_bound_holds(m, alpha, 0.5 * float(np.linalg.norm(delta_m, 2)))
+    return expect_violation(not sv_ok, "sigma_2 > ||Delta||_2 / 2")
+
+
+def _alpha(d: int) -> list[sp.Symbol]:
+    return list(sp.symbols(f"a0:{d}", real=True))
+
+
+def row_clone_matrix(d: int) -> sp.Matrix:
+    """1 alpha^T with symbolic alpha_0..alpha_{d-1}."""
+    return sp.ones(d, 1) * sp.Matrix([_alpha(d)])
+
+
+@functools.lru_cache(maxsize=1)
+def charpoly_all_d() -> bool:
+    lam = sp.Symbol("lam")
+    for d in range(1, MAX_D + 1):
+        a = row_clone_matrix(d)
+        s = sum(_alpha(d))
+        if sp.expand(a.charpoly(lam).as_expr() - lam ** (d - 1) * (lam - s)) != 0:
+            return False
+    return True
+
+
+def charpoly_run(profile: str) -> str:
+    """det(lam I - 1 alpha^T) = lam^(d-1) (lam - s) for d = 1..8, alpha symbolic."""
+    assert charpoly_all_d()
+    return f"d = 1..{MAX_D}"
+
+
+def charpoly_control(profile: str) -> str:
+    """Dropping the row-clone structure (a diagonal added) changes the characteristic polynomial."""
+    lam = sp.Symbol("lam")
+    a = row_clone_matrix(3) + sp.diag(1, 0, 0)
+    s = sum(_alpha(3))
+    return expect_violation(sp.expand(a.charpoly(lam).as_expr() - lam**2 * (lam - s)) != 0, "1 alpha^T + E_00")
+
+
+def power_run(profile: str) -> str:
+    """A^k = s^(k-1) A: A^2 = s A for d = 1..8 (hence every k by induction), and k = 1..5 directly for d <= 4."""
+    for d in range(1, MAX_D + 1):
+        a = row_clone_matrix(d)
+        s = sum(_alpha(d))
+        assert (a * a - s * a).expand() == sp.zeros(d, d), d
+    for d in range(1, 5):
+        a = row_clone_matrix(d)
+        s = sum(_alpha(d))
+        power = a
+        for k in range(1, 6):
+            assert (power - s ** (k - 1) * a).expand() == sp.zeros(d, d), (d, k)
+            power = power * a
+    return f"A^2 = sA for d <= {MAX_D}; A^k for k <= 5, d <= 4"
+
+
+def power_control(profile: str) -> str:
+    """s^k A (exponent off by one) is wrong for k = 2."""
+    a = row_clone_matrix(2)
+    s = sum(_alpha(2))
+    return expect_violation((a * a - s**2 * a).expand() != sp.zeros(2, 2), "A^2 != s^2 A")
+
+
 _EX = ("pldr_ref.metric_learner.metric_learner",)
 CHECKS = (
     Check("rowClone_apply", ("rowClone_apply",), "Prop. 3.9 / Prop. 3.11", THEOREM, (HYPOTHESIS,),
@@ -313,4 +418,12 @@ CHECKS = (
           sq_zero_run, sq_zero_control, slack="66 gamma(d)||a||_1||a||_inf + clone spread; "
           "exact for integers",
           dropped="sum alpha = 0"),
+    Check("singular_value_perturbation", (), "Prop. 3.9(iv)", THEOREM, (HYPOTHESIS, REAL_G_LM),
+          (), sv_perturbation_run, sv_perturbation_control,
+          slack="4 gamma(d) sigma_1 on singular values; log-determinant", dropped="||Delta||_2 <= delta",
+          note="determinant bound compared in logs: at d_k = 64 the products under/overflow"),
+    Check("sympy_rowclone_charpoly", (), "Prop. 3.9(ii)", THEOREM, (SYMPY,), (), charpoly_run, charpoly_control,
+          slack="none (exact)", dropped="row-clone structure"),
+    Check("sympy_rowclone_power", ("rowClone_pow", "rowClone_mul_self"), "Prop. 3.9(iii)", THEOREM, (SYMPY,), (),
+          power_run, power_control, slack="none (exact)", dropped="the exponent k - 1"),
 )

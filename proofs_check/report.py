@@ -101,11 +101,12 @@ def reached_text(o: Outcome) -> str:
 
 
 def operators_text(o: Outcome) -> str:
-    """The measured operators: the declared ones (all verified called), then how many others were called."""
-    declared = [e.removeprefix("pldr_ref.") for e in o.check.exercises]
-    others = len(set(o.measured) - set(o.check.exercises))
-    text = ", ".join(f"`{e}`" for e in declared) or "(none: Lean definitions on lists / exact algebra)"
-    return text + (f" (+{others} more)" if others else "")
+    """The measured operators: the declared ones that the traced run called (a declared operator that is not
+    called fails the check), marked NOT CALLED otherwise."""
+    called = set(o.measured)
+    items = [f"`{e.removeprefix('pldr_ref.')}`" + ("" if e in called or not o.measured else " NOT CALLED")
+             for e in o.check.exercises]
+    return ", ".join(items) or "(none: Lean definitions on lists / exact algebra)"
 
 
 def _md_escape(text: str) -> str:

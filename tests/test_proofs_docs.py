@@ -25,10 +25,20 @@ def _split(text: str) -> tuple[str, str]:
     return head + "\n## Lean files" + tail, section
 
 
+def _without_sharpness(line: str) -> str:
+    """A row of the Checks table with its sharpness cell blanked: the ratios measured at rounding level move with
+    the BLAS and the machine, so the test only asks that a ratio is present where the committed doc has one."""
+    cells = line.split("|")
+    if line.startswith("| `") and len(cells) == 10:
+        cells[7] = " - " if cells[7].strip() == "-" else " # "
+    return "|".join(cells)
+
+
 def _same_within(a: str, b: str, rtol: float = 0.05) -> list[str]:
-    """Lines that differ other than by numbers within ``rtol`` (relative)."""
+    """Lines that differ other than by numbers within ``rtol`` (relative), sharpness cells aside."""
     bad = []
-    la, lb = a.splitlines(), b.splitlines()
+    la = [_without_sharpness(x) for x in a.splitlines()]
+    lb = [_without_sharpness(x) for x in b.splitlines()]
     if len(la) != len(lb):
         return [f"{len(la)} lines vs {len(lb)}"]
     for x, y in zip(la, lb, strict=True):
