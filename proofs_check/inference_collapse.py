@@ -214,10 +214,14 @@ def cache_scores_control(profile: str) -> str:
 
 def cache_rows_run(profile: str) -> str:
     """G = G_c => equal masked attention rows: on the real-G_LM model, G_c recorded on another input reproduces
-    x's causal attention rows E bitwise; beyond Lean (the meaningful corollary with maskedSoftmax_shift): adding a
-    constant c_t to every allowed score of row t leaves the causal attention rows unchanged within the softmax
-    shift slack."""
-    detail = run_property(profile, _cached_operator_prop(_external_params(), rows=True), TOKENS, TOKENS)
+    x's causal attention rows E bitwise."""
+    return run_property(profile, _cached_operator_prop(_external_params(), rows=True), TOKENS, TOKENS)
+
+
+def row_shift_run(profile: str) -> str:
+    """Beyond Lean, the meaningful corollary of cache_sufficiency_rows with maskedSoftmax_shift (Prop. 5.2(iii)):
+    scores that differ by a constant c_t per row give the same causal attention rows, within the softmax shift
+    slack, through attention_scores, apply_mask and masked_softmax."""
 
     def prop(seed: int, s: int) -> None:
         rng = np.random.default_rng(seed)
@@ -231,7 +235,23 @@ def cache_rows_run(profile: str) -> str:
         rtol = shift_rtol(scores[0, 0], c) + 8 * UNIT_ROUNDOFF
         assert np.all(np.abs(shifted - rows) <= rtol * np.abs(rows) + 1e-300)
 
-    return detail + "; shift corollary " + run_property(profile, prop, seeds(), st.integers(1, 8))
+    return run_property(profile, prop, seeds(), st.integers(1, 8))
+
+
+def row_shift_control(profile: str) -> str:
+    """Dropping 'constant per row' (a per-entry perturbation of the scores): the attention rows change."""
+
+    def prop(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        q, k = _qk(rng, 4, 4, 8)
+        g = rng.normal(size=(1, 1, 8, 8))
+        mask = causal_padding_mask(np.arange(4), np.arange(4), None)
+        scores = attention_scores(q, g, k)
+        a = masked_softmax(apply_mask(scores, mask, "ideal"))
+        b = masked_softmax(apply_mask(scores + rng.normal(size=scores.shape), mask, "ideal"))
+        assert np.allclose(a, b), "rows changed"
+
+    return expect_counterexample(profile, prop, seeds())
 
 
 def cache_rows_control(profile: str) -> str:
@@ -243,30 +263,85 @@ def cache_rows_control(profile: str) -> str:
 
 _EX = ("pldr_ref.attention.attention_scores",)
 CHECKS = (
-    Check("score_sdpa_special_case", ("score_sdpa_special_case",), "Thm. 5.4(i)", THEOREM,
-          (HYPOTHESIS, EXACT_FLOAT, REAL_G_LM), (*_EX, "pldr_ref.model.forward", "pldr_ref.plga.energy_curvature"),
-          sdpa_run, sdpa_control, slack="none (bitwise)", dropped="G = I (operator: a real G_LM head)",
-          weak="definitional (Q I K^T = Q K^T); the corollary tested is the model-level collapse: identity-G and "
-          "a = 0, b_a = I forward passes give SDPA scores bitwise"),
-    Check("absorb_operator", ("absorb_operator",), "Thm. 5.4(ii)", THEOREM, (HYPOTHESIS, REAL_G_LM),
-          (*_EX, "pldr_ref.glu.linear"), absorb_run, absorb_rope_control,
-          slack="bitwise on integers; gamma(2n)|X||W||G| on floats",
-          dropped="no RoPE between projection and G (beyond the Lean statement)"),
-    Check("absorb_operator_affine", ("absorb_operator_affine",), "Thm. 5.4(ii)", THEOREM, (HYPOTHESIS,),
-          ("pldr_ref.glu.linear",), absorb_affine_run, absorb_affine_control,
-          slack="bitwise on integers; gamma(2n)(|X||W|+|b|)|G| on floats", dropped="bias transformed with G"),
-    Check("cache_sufficiency_scores", ("cache_sufficiency_scores",), "Prop. 5.2(i)", THEOREM,
-          (HYPOTHESIS, REAL_G_LM),
-          (*_EX, "pldr_ref.model.forward", "pldr_ref.inference.modes.cache_gap",
-           "pldr_ref.order_parameter.order_parameter"), cache_scores_run,
-          cache_scores_control, slack=f"bitwise (operator level); relative logit gap {CACHE_GAP_SLACK} (model level)",
-          dropped="G = G_c",
-          weak="congruence (equal operators give equal scores); tested where it matters: an operator recorded on "
-          "another input, and G-cached vs recomputed decoding",
-          note="model-level gap is rounding only: cached single-row steps and block recomputation reduce differently"),
-    Check("cache_sufficiency_rows", ("cache_sufficiency_rows",), "Prop. 5.2(i)/(iii)", THEOREM, (HYPOTHESIS,),
-          (*_EX, "pldr_ref.attention.masked_softmax", "pldr_ref.attention.apply_mask", "pldr_ref.model.forward"),
-          cache_rows_run, cache_rows_control, slack="bitwise; softmax shift slack for the row-constant corollary",
-          dropped="G = G_c",
-          weak="congruence; the meaningful corollary (row-constant score shifts leave rows unchanged) is tested"),
+    Check(
+        name="score_sdpa_special_case",
+        lean=("score_sdpa_special_case",),
+        paper="Thm. 5.4(i)",
+        label=THEOREM,
+        method=(HYPOTHESIS, EXACT_FLOAT, REAL_G_LM),
+        exercises=(*_EX, "pldr_ref.model.forward", "pldr_ref.plga.energy_curvature"),
+        run=sdpa_run,
+        negative_control=sdpa_control,
+        slack="none (bitwise)",
+        dropped="G = I (operator: a real G_LM head)",
+        weak="definitional (Q I K^T = Q K^T); the corollary tested is the model-level collapse: identity-G and "
+              "a = 0, b_a = I forward passes give SDPA scores bitwise",
+    ),
+    Check(
+        name="absorb_operator",
+        lean=("absorb_operator",),
+        paper="Thm. 5.4(ii)",
+        label=THEOREM,
+        method=(HYPOTHESIS, REAL_G_LM),
+        exercises=(*_EX, "pldr_ref.glu.linear"),
+        run=absorb_run,
+        negative_control=absorb_rope_control,
+        slack="bitwise on integers; gamma(2n)|X||W||G| on floats",
+        dropped="no RoPE between projection and G (beyond the Lean statement)",
+    ),
+    Check(
+        name="absorb_operator_affine",
+        lean=("absorb_operator_affine",),
+        paper="Thm. 5.4(ii)",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=("pldr_ref.glu.linear",),
+        run=absorb_affine_run,
+        negative_control=absorb_affine_control,
+        slack="bitwise on integers; gamma(2n)(|X||W|+|b|)|G| on floats",
+        dropped="bias transformed with G",
+    ),
+    Check(
+        name="cache_sufficiency_scores",
+        lean=("cache_sufficiency_scores",),
+        paper="Prop. 5.2(i)",
+        label=THEOREM,
+        method=(HYPOTHESIS, REAL_G_LM),
+        exercises=(*_EX, "pldr_ref.model.forward", "pldr_ref.inference.modes.cache_gap",
+               "pldr_ref.order_parameter.order_parameter"),
+        run=cache_scores_run,
+        negative_control=cache_scores_control,
+        slack=f"bitwise (operator level); relative logit gap {CACHE_GAP_SLACK} (model level)",
+        dropped="G = G_c",
+        note="model-level gap is rounding only: cached single-row steps and block recomputation reduce differently",
+        weak="congruence (equal operators give equal scores); tested where it matters: an operator recorded on "
+              "another input, and G-cached vs recomputed decoding",
+    ),
+    Check(
+        name="cache_sufficiency_rows",
+        lean=("cache_sufficiency_rows",),
+        paper="Prop. 5.2(i)/(iii)",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=(*_EX, "pldr_ref.attention.masked_softmax", "pldr_ref.attention.apply_mask",
+                   "pldr_ref.model.forward"),
+        run=cache_rows_run,
+        negative_control=cache_rows_control,
+        slack="bitwise; softmax shift slack for the row-constant corollary",
+        dropped="G = G_c",
+        weak="congruence; the meaningful corollary (row-constant score shifts leave rows unchanged) is the "
+        "beyond-Lean check attention_rows_shift_invariance",
+    ),
+    Check(
+        name="attention_rows_shift_invariance",
+        lean=(),
+        paper="Prop. 5.2(iii) (row-constant score shifts)",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=(*_EX, "pldr_ref.attention.masked_softmax", "pldr_ref.attention.apply_mask"),
+        run=row_shift_run,
+        negative_control=row_shift_control,
+        slack="softmax shift slack 8u(2|x|+2|c|) + 2 gamma(n+4) + 8u per weight",
+        dropped="the shift is constant per row",
+    ),
 )

@@ -65,9 +65,10 @@ CHECK_MODULES = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Check:
-    """One registered numerical mirror of a proved statement."""
+    """One registered numerical mirror of a proved statement (keyword fields only: every module's ``CHECKS``
+    table names each field of each check in one place)."""
 
     name: str
     lean: tuple[str, ...]

@@ -17,3 +17,13 @@ PROFILE = "thorough" if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 
 def registry_outcomes(profile: str = PROFILE) -> tuple[Outcome, ...]:
     """Every check run once (with its control) under ``profile``."""
     return tuple(run_all(all_checks(), profile))
+
+
+_FIELDS = ("name", "lean", "paper", "label", "method", "exercises", "run", "negative_control", "slack", "dropped")
+
+
+def make_check(*args: object, **kwargs: object):
+    """A :class:`proofs_check.registry.Check` from the first ten fields given in order (test shorthand)."""
+    from proofs_check.registry import Check
+
+    return Check(**dict(zip(_FIELDS, args, strict=False)), **kwargs)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from proofs_support import make_check
 
 import proofs_check.registry as registry
 from proofs_check.catalog import LEAN_NAMES
 from proofs_check.cli import register
-from proofs_check.registry import Check, Outcome
+from proofs_check.registry import Outcome
 from proofs_check.report import summary
 
 
@@ -67,7 +68,7 @@ def _control(profile: str) -> str:
 
 
 def test_table_prints_every_failure_reason(monkeypatch, capsys):
-    bad = Check("broken_mirror", ("hadPow_zero",), "p", "theorem", ("sympy",), (), _failing, _control, "s", "d")
+    bad = make_check("broken_mirror", ("hadPow_zero",), "p", "theorem", ("sympy",), (), _failing, _control, "s", "d")
     monkeypatch.setattr(registry, "select", lambda only=None, checks=None: (bad,))
     assert _prove(["--table", "--quiet"]) == 1
     out = capsys.readouterr().out
@@ -80,8 +81,8 @@ def test_summary_never_claims_full_coverage_while_a_check_fails():
         """ok"""
         return "ok"
 
-    outcomes = [Outcome(Check(f"c{i}", (n,), "p", "theorem", ("sympy",), (), ok, ok, "s", "d"), "pass", "", "violated",
-                        "", 0.0) for i, n in enumerate(LEAN_NAMES)]
+    outcomes = [Outcome(make_check(f"c{i}", (n,), "p", "theorem", ("sympy",), (), ok, ok, "s", "d"), "pass", "",
+                        "violated", "", 0.0) for i, n in enumerate(LEAN_NAMES)]
     assert "Lean names fully ok 79/79" in summary(outcomes)
     outcomes[0] = Outcome(outcomes[0].check, "fail", "x", "violated", "", 0.0)
     assert "79/79" not in summary(outcomes) and "1 fail/error" in summary(outcomes)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from proofs_support import make_check
 
 from proofs_check.catalog import (
     LEAN_FILES,
@@ -21,7 +22,6 @@ from proofs_check.registry import (
     HYPOTHESIS_DROP,
     LABELS,
     METHODS,
-    Check,
     all_checks,
     covered_lean_names,
     select,
@@ -92,13 +92,13 @@ def test_check_rejects_unknown_lean_name_label_method_and_operator():
         return ""
 
     with pytest.raises(ValueError, match="unknown Lean name"):
-        Check("x", ("not_a_lean_theorem",), "p", "theorem", ("sympy",), (), noop, noop, "s", "d")
+        make_check("x", ("not_a_lean_theorem",), "p", "theorem", ("sympy",), (), noop, noop, "s", "d")
     with pytest.raises(ValueError, match="label"):
-        Check("x", (), "p", "lemma", ("sympy",), (), noop, noop, "s", "d")
+        make_check("x", (), "p", "lemma", ("sympy",), (), noop, noop, "s", "d")
     with pytest.raises(ValueError, match="method"):
-        Check("x", (), "p", "theorem", ("guess",), (), noop, noop, "s", "d")
+        make_check("x", (), "p", "theorem", ("guess",), (), noop, noop, "s", "d")
     with pytest.raises(ValueError, match="pldr_ref functions"):
-        Check("x", (), "p", "theorem", ("sympy",), ("numpy.linalg.det",), noop, noop, "s", "d")
+        make_check("x", (), "p", "theorem", ("sympy",), ("numpy.linalg.det",), noop, noop, "s", "d")
 
 
 def test_select_by_lean_name_and_unknown():
