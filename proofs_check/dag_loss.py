@@ -206,7 +206,7 @@ CHECKS = (
         run=diag_bound_run,
         negative_control=diag_bound_control,
         slack="relative gamma(4d); mpmath h within 1e-12",
-        dropped="N_ii >= eps (diagonal floor)",
+        dropped="N_ii >= eps for all i",
         note="naive float tr(expm(N)) - d rounds to 0 at eps0 = 1e-9; pldr_ref's nonnegative series keeps "
               "h >= d eps0^2",
     ),

@@ -120,6 +120,6 @@ CHECKS = (
         run=add_run,
         negative_control=add_control,
         slack="rel 8u(1 + 2|log A|(|s|+|t|)|P|)",
-        dropped="A > 0 entrywise",
+        dropped="A_ij > 0 for all i, j",
     ),
 )

@@ -629,8 +629,8 @@ CHECKS = (
     ),
     Check(
         name="sympy_layernorm_norm",
-        lean=("sum_sq_normalized",),
-        paper="Lem. 5.11(iii)",
+        lean=(),
+        paper="Lem. 5.11(iii) (the exact identity behind sum_sq_normalized)",
         label=THEOREM,
         method=(SYMPY,),
         exercises=(),

@@ -207,7 +207,8 @@ def relative_run(profile: str) -> str:
 
 
 def relative_control(profile: str) -> str:
-    """A non-commutant G (the raw real G_LM head) breaks relative position: R_{-n} G R_m depends on n, not m-n."""
+    """Dropping "G rot t = rot t G for all t" (the raw real G_LM head, not in the commutant): R_{-n} G R_m depends
+    on n, not only on m - n."""
     g = real_g_lm()[0, 0]
     rn, rm, rd = rope_rotation(np.array([-5, 12, 7]), REAL_D_K)
     gap = float(np.abs(rn @ g @ rm - g @ rd).max() / np.abs(g).max())
@@ -356,7 +357,7 @@ CHECKS = (
         run=relative_run,
         negative_control=relative_control,
         slack="8u(1+|u|+|v|)||G|| + 16 subnormal (2x2); 8u(1+n+m) max row sum (d_k = 64)",
-        dropped="G in the commutant",
+        dropped="G rot t = rot t G for all t",
     ),
     Check(
         name="commutant_criterion_multiplane",

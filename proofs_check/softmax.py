@@ -135,6 +135,7 @@ def shift_run(profile: str) -> str:
 
 
 def _nonconstant_shift_changes(profile: str) -> str:
+    """Mutation control (n >= 1 cannot be dropped to effect): a non-constant shift changes the softmax row."""
     def prop(x: np.ndarray, shift: np.ndarray) -> None:
         if x.size < 2 or np.ptp(shift) < 1e-3:
             return
