@@ -141,7 +141,7 @@ def run_property(profile: str, test: Callable[..., None], *strategies: st.Search
     Examples rejected with ``hypothesis.assume`` do not count; the detail reports how many of the budget
     reached the operator (the tracer saw a call into the check's operators during the example).
     """
-    budget = _EXAMPLES[profile]
+    budget = _EXAMPLES[check_profile(profile)]
     counts = {"valid": 0, "reached": 0}
     with tracing.ensure_tracer() as tracer:
 

@@ -19,16 +19,16 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 def _split(text: str) -> tuple[str, str]:
-    """(everything but the mutation section, the mutation section)."""
+    """(everything but the mutation section, the mutation section) of a rendering that has one."""
     head, _, rest = text.partition(MUTATION_HEADING)
     section, _, tail = rest.partition("\n## Lean files")
-    return head + "\n## Lean files" + tail, section
+    return head.rstrip("\n") + "\n\n## Lean files" + tail, section
 
 
 def _without_sharpness(line: str) -> str:
     """A row of the Checks table with its sharpness cell blanked: the ratios measured at rounding level move with
     the BLAS and the machine, so the test only asks that a ratio is present where the committed doc has one."""
-    cells = line.split("|")
+    cells = re.split(r"(?<!\\)\|", line)  # cells may hold escaped pipes (\|c\|)
     if line.startswith("| `") and len(cells) == 10:
         cells[7] = " - " if cells[7].strip() == "-" else " # "
     return "|".join(cells)
@@ -57,8 +57,7 @@ def test_committed_doc_is_current():
     committed = DOC.read_text(encoding="utf-8")
     fresh = markdown(list(registry_outcomes("ci")), "ci", mutants=None)
     main, _ = _split(committed)
-    fresh_main = fresh.replace("\n## Lean files", "\n## Lean files", 1)
-    bad = _same_within(main, fresh_main)
+    bad = _same_within(main, fresh)
     assert not bad, "docs/lean_coverage.md is stale (pldr-ref prove --mutants --out docs/lean_coverage.md):\n" + \
         "\n".join(bad[:10])
 
