@@ -13,7 +13,7 @@ from pldr_ref.constants import EPS_ADJ
 from pldr_ref.dag import dag_loss, hadamard_square, notears_h
 from pldr_ref.plga import metric_tensor
 from proofs_check.models import tiny_forward
-from proofs_check.profiles import expect_counterexample, expect_violation, run_property
+from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property
 from proofs_check.registry import EXACT_FLOAT, HYPOTHESIS, MPMATH, THEOREM, Check
 from proofs_check.rounding import gamma
 from proofs_check.strategies import seeds, square_matrices
@@ -95,7 +95,10 @@ def trace_exp_card_trace_run(profile: str) -> str:
         n = hadamard_square(m)
         h = float(notears_h(m))
         assert h >= np.trace(n) * (1 - gamma(4 * d))
+        # the loss D = log(tr e^N / d) = log1p(h / d) >= log1p(tr N / d)
+        assert float(dag_loss(m)) >= np.log1p(np.trace(n) / d) * (1 - gamma(4 * d))
         assert np.trace(scipy.linalg.expm(n)) >= (d + np.trace(n)) * (1 - gamma(4 * d))
+        record_ratio(d + np.trace(n), d + h)
 
     return run_property(profile, prop, square_matrices(1, 6, -3.0, 3.0))
 
@@ -143,23 +146,68 @@ def diag_bound_control(profile: str) -> str:
 
 _EX = ("pldr_ref.dag.notears_h", "pldr_ref.dag.dag_loss", "pldr_ref.dag.hadamard_square")
 CHECKS = (
-    Check("pow_entry_nonneg", ("pow_entry_nonneg",), "Thm. 4.4 (walk side)", THEOREM, (HYPOTHESIS,),
-          ("pldr_ref.dag.hadamard_square", "pldr_ref.model.forward"), pow_nonneg_run, pow_nonneg_control,
-          slack="none (exact >= 0)", dropped="N >= 0"),
-    Check("trace_pow_nonneg", ("trace_pow_nonneg",), "Thm. 4.4 (walk side)", THEOREM, (HYPOTHESIS,),
-          ("pldr_ref.dag.hadamard_square",), trace_pow_run, trace_pow_control, slack="none (exact >= 0)",
-          dropped="N >= 0"),
-    Check("trace_exp_ge_card", ("trace_exp_ge_card",), "Thm. 4.4 / Rem. 4.5", THEOREM, (HYPOTHESIS, EXACT_FLOAT),
-          _EX, trace_exp_ge_card_run, exp_signed_control,
-          slack="h >= 0 exactly (nonnegative scaling and squaring); scipy d(1 - gamma(4d))", dropped="N >= 0",
-          note="an eigenvalue-based h returned -6.7e-16 for NEGATIVE_H_EXAMPLE (exact 7e-18); pldr_ref.dag now "
-          "sums only nonnegative terms, and this check pins the example to mpmath"),
-    Check("trace_exp_ge_card_add_trace", ("trace_exp_ge_card_add_trace",), "Thm. 4.4 / Rem. 4.5", THEOREM,
-          (HYPOTHESIS,), _EX, trace_exp_card_trace_run, trace_exp_card_trace_control,
-          slack="relative gamma(4d)", dropped="N >= 0"),
-    Check("trace_exp_ge_of_diag_bound", ("trace_exp_ge_of_diag_bound",), "Rem. 4.5 (positivity obstruction)",
-          THEOREM, (HYPOTHESIS, MPMATH), (*_EX, "pldr_ref.plga.metric_tensor"), diag_bound_run, diag_bound_control,
-          slack="relative gamma(4d); mpmath h within 1e-12", dropped="N_ii >= eps (diagonal floor)",
-          note="naive float tr(expm(N)) - d rounds to 0 at eps0 = 1e-9; pldr_ref's nonnegative series keeps "
-          "h >= d eps0^2"),
+    Check(
+        name="pow_entry_nonneg",
+        lean=("pow_entry_nonneg",),
+        paper="Thm. 4.4 (walk side)",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=("pldr_ref.dag.hadamard_square", "pldr_ref.model.forward"),
+        run=pow_nonneg_run,
+        negative_control=pow_nonneg_control,
+        slack="none (exact >= 0)",
+        dropped="N >= 0",
+    ),
+    Check(
+        name="trace_pow_nonneg",
+        lean=("trace_pow_nonneg",),
+        paper="Thm. 4.4 (walk side)",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=("pldr_ref.dag.hadamard_square",),
+        run=trace_pow_run,
+        negative_control=trace_pow_control,
+        slack="none (exact >= 0)",
+        dropped="N >= 0",
+    ),
+    Check(
+        name="trace_exp_ge_card",
+        lean=("trace_exp_ge_card",),
+        paper="Thm. 4.4 / Rem. 4.5",
+        label=THEOREM,
+        method=(HYPOTHESIS, EXACT_FLOAT),
+        exercises=_EX,
+        run=trace_exp_ge_card_run,
+        negative_control=exp_signed_control,
+        slack="h >= 0 exactly (nonnegative scaling and squaring); scipy d(1 - gamma(4d))",
+        dropped="N >= 0",
+        note="an eigenvalue-based h returned -6.7e-16 for NEGATIVE_H_EXAMPLE (exact 7e-18); pldr_ref.dag now "
+              "sums only nonnegative terms, and this check pins the example to mpmath",
+    ),
+    Check(
+        name="trace_exp_ge_card_add_trace",
+        lean=("trace_exp_ge_card_add_trace",),
+        paper="Thm. 4.4 / Rem. 4.5",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=_EX,
+        run=trace_exp_card_trace_run,
+        negative_control=trace_exp_card_trace_control,
+        slack="relative gamma(4d)",
+        dropped="N >= 0",
+    ),
+    Check(
+        name="trace_exp_ge_of_diag_bound",
+        lean=("trace_exp_ge_of_diag_bound",),
+        paper="Rem. 4.5 (positivity obstruction)",
+        label=THEOREM,
+        method=(HYPOTHESIS, MPMATH),
+        exercises=(*_EX, "pldr_ref.plga.metric_tensor"),
+        run=diag_bound_run,
+        negative_control=diag_bound_control,
+        slack="relative gamma(4d); mpmath h within 1e-12",
+        dropped="N_ii >= eps for all i",
+        note="naive float tr(expm(N)) - d rounds to 0 at eps0 = 1e-9; pldr_ref's nonnegative series keeps "
+              "h >= d eps0^2",
+    ),
 )

@@ -1,10 +1,15 @@
 """The registry of numerical checks: one :class:`Check` per Lean theorem group or paper result.
 
 Each check names the Lean theorem(s) it mirrors, the paper result, its epistemic label, the
-method, the rounding slack it allows and the pldr_ref functions it exercises.  ``run(profile)``
+method, the rounding slack it allows and the pldr_ref operators it must call.  ``run(profile)``
 returns a one-line detail and raises ``AssertionError`` on failure; ``negative_control(profile)``
-drops a hypothesis, returns the violation it observed, and raises
-:class:`proofs_check.profiles.NegativeControlError` if the conclusion unexpectedly survived.
+drops one Lean hypothesis (``dropped``, one of :data:`proofs_check.catalog.LEAN_HYPOTHESES`) or, where the
+statement has none, mutates the function (a "mutation control"), returns the violation it observed, and
+raises :class:`proofs_check.profiles.NegativeControlError` if the conclusion unexpectedly survived.
+
+:func:`run_check` runs both under a :class:`proofs_check.tracing.Tracer`: the operators a check calls are
+measured, and a check fails when a declared operator is never called or fewer than 90 % of its example
+budget reached the operator.
 """
 
 from __future__ import annotations
@@ -15,10 +20,16 @@ import time
 import traceback
 from collections.abc import Callable
 
-from proofs_check.catalog import LEAN_NAMES
+from proofs_check import tracing
+from proofs_check.catalog import LEAN_HYPOTHESES, LEAN_NAMES, REDUNDANT_HYPOTHESES
+from proofs_check.profiles import MIN_REACHED_FRACTION, PROFILES, NegativeControlError, recording
 
-#: Run profiles (hypothesis settings per profile live in :mod:`proofs_check.profiles`).
-PROFILES = ("ci", "thorough")
+__all__ = ["PROFILES", "Check", "Outcome", "all_checks", "run_check"]
+
+#: Control kinds: the control drops one Lean hypothesis, or (statements without one) mutates the function.
+HYPOTHESIS_DROP = "hypothesis drop"
+MUTATION_CONTROL = "mutation control"
+FLOAT_BOUNDARY = "float-domain boundary"
 
 #: Epistemic labels (paper Section 1 conventions).
 THEOREM = "theorem"
@@ -36,7 +47,8 @@ REAL_G_LM = "real G_LM"
 PURE_PYTHON = "hypothesis lists"
 METHODS = (HYPOTHESIS, MPMATH, SYMPY, EXACT_FLOAT, MONTE_CARLO, REAL_G_LM, PURE_PYTHON)
 
-#: Modules holding ``CHECKS``: one per Lean file, then the results Lean does not cover.
+#: Modules holding ``CHECKS``, one per paper subject (= Lean file); each also holds the subject's results that
+#: Lean does not formalize and its exact sympy identities.
 CHECK_MODULES = (
     "proofs_check.iswiglu",
     "proofs_check.softmax",
@@ -50,15 +62,13 @@ CHECK_MODULES = (
     "proofs_check.contraction",
     "proofs_check.inference_collapse",
     "proofs_check.online_contract",
-    "proofs_check.beyond_lean",
-    "proofs_check.beyond_lean_lipschitz",
-    "proofs_check.symbolic",
 )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Check:
-    """One registered numerical mirror of a proved statement."""
+    """One registered numerical mirror of a proved statement (keyword fields only: every module's ``CHECKS``
+    table names each field of each check in one place)."""
 
     name: str
     lean: tuple[str, ...]
@@ -71,6 +81,9 @@ class Check:
     slack: str
     dropped: str
     note: str = ""
+    #: where the Lean lemma itself is weak (a definitional identity): what it says and which check adds the
+    #: meaningful corollary
+    weak: str = ""
 
     def __post_init__(self) -> None:
         if self.label not in LABELS:
@@ -81,13 +94,35 @@ class Check:
         unknown = [n for n in self.lean if n not in LEAN_NAMES]
         if unknown:
             raise ValueError(f"check {self.name}: unknown Lean name(s) {unknown}")
-        if not self.exercises:
-            raise ValueError(f"check {self.name}: must name the pldr_ref function(s) it exercises")
+        bad_ex = [e for e in self.exercises if not e.startswith("pldr_ref.")]
+        if bad_ex:
+            raise ValueError(f"check {self.name}: exercises must be pldr_ref functions, got {bad_ex}")
+
+    @property
+    def hypotheses(self) -> tuple[str, ...]:
+        """The Lean hypotheses of the mirrored statements (union, in order)."""
+        out: list[str] = []
+        for name in self.lean:
+            out += [h for h in LEAN_HYPOTHESES[name] if h not in out]
+        return tuple(out)
+
+    @property
+    def control_kind(self) -> str:
+        """'hypothesis drop' when ``dropped`` is a Lean hypothesis of the statement, 'float-domain boundary' when it
+        is the float64 domain of a strict real inequality, else 'mutation control'."""
+        if self.dropped in self.hypotheses:
+            return HYPOTHESIS_DROP
+        return FLOAT_BOUNDARY if self.dropped.startswith("float domain") else MUTATION_CONTROL
+
+    @property
+    def redundant(self) -> str:
+        """Why no hypothesis drop can falsify the statement ('' when one can)."""
+        return "; ".join(REDUNDANT_HYPOTHESES[n] for n in self.lean if n in REDUNDANT_HYPOTHESES)
 
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """Result of running one check and its negative control."""
+    """Result of running one check and its negative control, with what the run measured."""
 
     check: Check
     status: str  # "pass" | "fail" | "error"
@@ -95,11 +130,30 @@ class Outcome:
     control_status: str  # "violated" (as expected) | "held" (control broken) | "error" | "skipped"
     control_detail: str
     seconds: float
+    measured: tuple[str, ...] = ()  # public pldr_ref functions called by the positive run
+    budget: int = 0  # hypothesis examples the positive run asked for
+    reached: int = 0  # examples that reached the operator
+    ratio: float | None = None  # largest observed value / bound of the check's inequalities
+
+    @property
+    def passed(self) -> bool:
+        """True when the positive check passed (controls not considered)."""
+        return self.status == "pass"
 
     @property
     def ok(self) -> bool:
-        """True when the check passed and its negative control observed the expected violation."""
-        return self.status == "pass" and self.control_status in ("violated", "skipped")
+        """True when the check passed and its negative control ran and observed the expected violation."""
+        return self.status == "pass" and self.control_status == "violated"
+
+    @property
+    def reason(self) -> str:
+        """Why the outcome is not ok ('' when ok)."""
+        parts = []
+        if self.status != "pass":
+            parts.append(f"{self.status}: {self.detail}")
+        if self.control_status != "violated":
+            parts.append(f"control {self.control_status}" + (f": {self.control_detail}" if self.control_detail else ""))
+        return "; ".join(parts)
 
 
 def all_checks() -> tuple[Check, ...]:
@@ -139,19 +193,27 @@ def _first_line(exc: BaseException) -> str:
 
 
 def run_check(check: Check, profile: str, controls: bool = True) -> Outcome:
-    """Run ``check.run`` and (optionally) its negative control under ``profile``."""
+    """Run ``check.run`` (traced) and (optionally) its negative control under ``profile``.
+
+    The positive run fails when a declared operator was not called, or when fewer than
+    ``MIN_REACHED_FRACTION`` of its hypothesis examples reached the operator.
+    """
     t0 = time.perf_counter()
-    try:
-        detail = check.run(profile) or ""
-        status = "pass"
-    except AssertionError as exc:
-        status, detail = "fail", _first_line(exc)
-    except Exception as exc:  # a crash is reported, not hidden: the table shows it as an error
-        status, detail = "error", _first_line(exc) + " | " + traceback.format_exc(limit=3).splitlines()[-1]
+    with tracing.Tracer(frozenset(check.exercises)) as tracer, recording() as rec:
+        try:
+            detail = check.run(profile) or ""
+            status = "pass"
+        except AssertionError as exc:
+            status, detail = "fail", _first_line(exc)
+        except Exception as exc:  # a crash is reported, not hidden: the table shows it as an error
+            status, detail = "error", _first_line(exc) + " | " + traceback.format_exc(limit=3).splitlines()[-1]
+    missing = sorted(set(check.exercises) - tracer.called)
+    if status == "pass" and missing:
+        status, detail = "fail", f"declared operator(s) never called: {missing}"
+    if status == "pass" and check.exercises and rec.budget and rec.reached < MIN_REACHED_FRACTION * rec.budget:
+        status, detail = "fail", f"only {rec.reached}/{rec.budget} examples reached the operator"
     control_status, control_detail = "skipped", ""
     if controls:
-        from proofs_check.profiles import NegativeControlError
-
         try:
             control_detail = check.negative_control(profile) or ""
             control_status = "violated"
@@ -159,4 +221,5 @@ def run_check(check: Check, profile: str, controls: bool = True) -> Outcome:
             control_status, control_detail = "held", _first_line(exc)
         except Exception as exc:
             control_status, control_detail = "error", _first_line(exc)
-    return Outcome(check, status, detail, control_status, control_detail, time.perf_counter() - t0)
+    return Outcome(check, status, detail, control_status, control_detail, time.perf_counter() - t0,
+                   measured=tracer.public_called(), budget=rec.budget, reached=rec.reached, ratio=rec.ratio)

@@ -1,30 +1,48 @@
 """Softmax.lean: positivity, normalization, shift invariance, convex hull and the shift characterization of
-the (masked) softmax (paper Prop. 3.12, Prop. 5.2(iii) row level), on ``pldr_ref.attention``."""
+the (masked) softmax (paper Prop. 3.12, Prop. 5.2(iii) row level), on ``pldr_ref.attention``.
+
+Beyond Lean: the softmax Lipschitz constant 1 of Sec. 5.3 and the sharp 1/2 (a measurement), with an
+adversarial search along the top Jacobian eigenvector.
+"""
 
 from __future__ import annotations
 
 import mpmath
 import numpy as np
+from hypothesis import assume, target
 from hypothesis import strategies as st
 
 from pldr_ref.attention import MASK_MODES, apply_mask, masked_softmax, mix_values
-from proofs_check.profiles import expect_counterexample, expect_violation, run_property
-from proofs_check.registry import HYPOTHESIS, MPMATH, THEOREM, Check
+from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property
+from proofs_check.registry import HYPOTHESIS, MEASUREMENT, MPMATH, THEOREM, Check
 from proofs_check.rounding import UNIT_ROUNDOFF, gamma
 from proofs_check.strategies import reals, rows_with_support, vectors
+from proofs_check.tracing import captured_locals
 
 FLOAT_SPREAD = 700.0  # below this score spread no weight underflows to 0 in float64
 MP_DPS = 50
 
 
+def _in_batch(row: np.ndarray) -> np.ndarray:
+    """The row as the first of three rows of a [3, n] logit block (the operator works on batches of rows: row 0
+    must not depend on the others, so an operator normalizing over the wrong axis is exposed)."""
+    row = np.asarray(row, dtype=np.float64)
+    other = np.where(np.isfinite(row), 0.5 * row[::-1] + 1.0, row)
+    return np.stack([row, other, np.where(np.isfinite(row), 0.0, row)])
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
-    """The real ``masked_softmax`` on an unmasked row."""
-    return masked_softmax(np.asarray(x, dtype=np.float64))
+    """The real ``masked_softmax`` on an unmasked row (evaluated inside a batch of rows)."""
+    return masked_softmax(_in_batch(x))[0]
 
 
 def masked(x: np.ndarray, allowed: np.ndarray, mode: str = "ideal") -> np.ndarray:
-    """maskedSoftmax(J, x) through the real ``apply_mask`` + ``masked_softmax`` (mask True = forbidden)."""
-    return masked_softmax(apply_mask(np.asarray(x, dtype=np.float64), ~allowed, mode))
+    """maskedSoftmax(J, x) through the real ``apply_mask`` + ``masked_softmax`` (mask True = forbidden), the row
+    evaluated inside a batch of rows."""
+    block = np.stack([np.asarray(x, dtype=np.float64)] * 3)
+    block[1] = 0.5 * block[1][::-1] + 1.0
+    block[2] = 0.0
+    return masked_softmax(apply_mask(block, np.stack([~allowed] * 3), mode))[0]
 
 
 def shift_rtol(x: np.ndarray, c: float | np.ndarray) -> float:
@@ -41,22 +59,34 @@ def _close_rel(a: np.ndarray, b: np.ndarray, rtol: float) -> bool:
 # ---------------------------------------------------------------- unmasked softmax
 
 
+def operator_denominator(x: np.ndarray) -> tuple[np.ndarray, float]:
+    """(weights, the denominator sum_j e^{x_j - max x} that the real ``masked_softmax`` evaluated), read from
+    the operator's frame; the Lean denominator is this value times e^{max x} > 0."""
+    with captured_locals("pldr_ref.attention.masked_softmax") as frames:
+        p = masked_softmax(np.asarray(x, dtype=np.float64))
+    return p, float(np.asarray(frames[-1]["z"]).ravel()[0])
+
+
 def denom_pos_run(profile: str) -> str:
-    """[n>=1] sum_j e^{x_j} > 0: mpmath for any spread; the real softmax stays finite with max weight >= 1/n."""
+    """[n>=1] sum_j e^{x_j} > 0: mpmath for any spread; the denominator the real ``masked_softmax`` evaluates
+    (sum_j e^{x_j - max}) is >= 1 (the max term is e^0) and finite, and its max weight is >= 1/n."""
 
     def prop(x: np.ndarray) -> None:
         with mpmath.workdps(MP_DPS):
             assert mpmath.fsum(mpmath.exp(mpmath.mpf(v)) for v in x) > 0
-        p = softmax(x)
+        p, z = operator_denominator(x)
+        assert 1.0 <= z <= x.size and np.isfinite(z)
         assert np.all(np.isfinite(p)) and p.max() >= (1.0 - gamma(x.size + 4)) / x.size
 
     return run_property(profile, prop, vectors(1, 12, -1e4, 1e4))
 
 
 def denom_pos_control(profile: str) -> str:
-    """n = 0 (every key masked) has denominator 0: the implemented row is all zeros, not a distribution."""
-    p = masked(np.array([1.0, 2.0, 3.0]), np.zeros(3, dtype=bool))
-    return expect_violation(float(p.sum()) == 0.0, f"empty support gives sum {p.sum()}")
+    """n = 0 terms (every key of the row masked, the empty index set): the operator's denominator is 0."""
+    with captured_locals("pldr_ref.attention.masked_softmax") as frames:
+        p = masked(np.array([1.0, 2.0, 3.0]), np.zeros(3, dtype=bool))
+    z = float(np.asarray(frames[-1]["z"]).ravel()[0])
+    return expect_violation(z == 0.0, f"denominator {z} over an empty index set (row {p})")
 
 
 def softmax_pos_run(profile: str) -> str:
@@ -66,8 +96,8 @@ def softmax_pos_run(profile: str) -> str:
         with mpmath.workdps(MP_DPS):
             e = [mpmath.exp(mpmath.mpf(v)) for v in x]
             assert all(v / mpmath.fsum(e) > 0 for v in e)
-        if np.ptp(x) < FLOAT_SPREAD:
-            assert np.all(softmax(x) > 0.0)
+        narrow = np.maximum(x, x.max() - (FLOAT_SPREAD - 1.0))  # the same row with its spread cut below 700
+        assert np.all(softmax(narrow) > 0.0)
 
     return run_property(profile, prop, vectors(1, 12, -1e4, 1e4))
 
@@ -82,13 +112,15 @@ def sum_one_run(profile: str) -> str:
     """[n>=1] |sum_i softmax(x)_i - 1| <= gamma(n+4)."""
 
     def prop(x: np.ndarray) -> None:
-        assert abs(softmax(x).sum() - 1.0) <= gamma(x.size + 4)
+        err = abs(softmax(x).sum() - 1.0)
+        record_ratio(err, gamma(x.size + 4))
+        assert err <= gamma(x.size + 4)
 
     return run_property(profile, prop, vectors(1, 64, -1e3, 1e3))
 
 
 def sum_one_control(profile: str) -> str:
-    """Dropping n >= 1 (empty allowed set): the row sums to 0."""
+    """Dropping n >= 1 (no allowed key: the empty index set): the row sums to 0."""
     p = masked(np.zeros(4), np.zeros(4, dtype=bool))
     return expect_violation(float(p.sum()) == 0.0, f"sum = {p.sum()}")
 
@@ -103,6 +135,7 @@ def shift_run(profile: str) -> str:
 
 
 def _nonconstant_shift_changes(profile: str) -> str:
+    """Mutation control (n >= 1 cannot be dropped to effect): a non-constant shift changes the softmax row."""
     def prop(x: np.ndarray, shift: np.ndarray) -> None:
         if x.size < 2 or np.ptp(shift) < 1e-3:
             return
@@ -120,12 +153,15 @@ def avg_le_run(profile: str) -> str:
         out = mix_values(p[None, None, None, :], v[None, None])[0, 0, 0]
         slack = gamma(x.size + 4) * np.max(np.abs(v), axis=0)
         assert np.all(out <= v.max(axis=0) + slack) and np.all(out >= v.min(axis=0) - slack)
+        spread = v.max(axis=0) - v.min(axis=0)
+        record_ratio(float(np.max((out - v.min(axis=0)) / np.where(spread > 0, spread, 1.0))))
 
     return run_property(profile, prop, vectors(1, 12, -50.0, 50.0), st.integers(0, 2**32 - 1))
 
 
 def avg_le_control(profile: str) -> str:
-    """Dropping 'v_i <= M for all i' (M = max over all but the largest value): the average exceeds M."""
+    """Dropping 'v_i <= M for all i' (M = max over all but the last value, which exceeds M): the average
+    exceeds M."""
 
     def prop(x: np.ndarray) -> None:
         v = np.arange(x.size, dtype=np.float64)
@@ -169,20 +205,23 @@ def masked_denom_pos_run(profile: str) -> str:
 def masked_nonneg_run(profile: str) -> str:
     """J nonempty => maskedSoftmax(J, x)_i >= 0 exactly, in every mask mode (ideal, additive, finfo_min)."""
 
-    def prop(row: tuple[np.ndarray, np.ndarray]) -> None:
-        x, allowed = row
-        for mode in MASK_MODES:
-            assert np.all(masked(x, allowed, mode) >= 0.0), mode
+    return run_property(profile, _masked_nonneg_prop, rows_with_support(lo=-1e3, hi=1e3))
 
-    return run_property(profile, prop, rows_with_support(lo=-1e3, hi=1e3))
+
+def _masked_nonneg_prop(row: tuple[np.ndarray, np.ndarray]) -> None:
+    x, allowed = row
+    for mode in MASK_MODES:
+        assert np.all(masked(x, allowed, mode) >= 0.0), f"negative or NaN weight ({mode})"
 
 
 def masked_nonneg_control(profile: str) -> str:
-    """Without max subtraction (the stability the real operator has) exp overflows and the weights are NaN."""
-    x = np.array([800.0, 801.0])
-    with np.errstate(over="ignore", invalid="ignore"):
-        naive = np.exp(x) / np.exp(x).sum()
-    return expect_violation(not np.all(naive >= 0.0), f"naive softmax of {x} = {naive}")
+    """Mutation control (dropping J nonempty cannot falsify it: the empty-J row is zeros): the same property on
+    the operator without its max subtraction (naive exp overflows to inf / inf = NaN) fails for large scores."""
+    from proofs_check.mutants import MUTANTS, patched
+
+    naive = next(m for m in MUTANTS if m.name == "softmax_no_max")
+    with patched("pldr_ref.attention.masked_softmax", naive.make(masked_softmax)):
+        return expect_counterexample(profile, _masked_nonneg_prop, rows_with_support(lo=700.0, hi=1e3))
 
 
 def masked_pos_run(profile: str) -> str:
@@ -219,10 +258,13 @@ def masked_eq_zero_run(profile: str) -> str:
 
 
 def masked_eq_zero_control(profile: str) -> str:
-    """The finite additive mask with an empty allowed set (underflow precondition dropped): masked entries
-    get 1/n, not 0."""
-    p = masked(np.array([1.0, 2.0, 3.0]), np.zeros(3, dtype=bool), "additive")
-    return expect_violation(bool(np.all(p > 0.0)), f"additive-mask weights {p}")
+    """Dropping i not in J: the weights of allowed entries are not 0."""
+
+    def prop(row: tuple[np.ndarray, np.ndarray]) -> None:
+        x, allowed = row
+        assert np.all(masked(x, allowed)[allowed] == 0.0), "an allowed entry has nonzero weight"
+
+    return expect_counterexample(profile, prop, rows_with_support(lo=-30.0, hi=30.0))
 
 
 def masked_sum_one_run(profile: str) -> str:
@@ -297,40 +339,286 @@ def masked_eq_iff_control(profile: str) -> str:
     return expect_counterexample(profile, prop, rows_with_support(lo=-5.0, hi=5.0))
 
 
-def _check(name: str, paper: str, run, control, slack: str, dropped: str, method=(HYPOTHESIS,), note: str = ""):
-    return Check(
-        name, (name,), paper, THEOREM, method, ("pldr_ref.attention.masked_softmax", "pldr_ref.attention.apply_mask"),
-        run, control, slack=slack, dropped=dropped, note=note,
-    )
+def softmax_ratio(z: np.ndarray, dz: np.ndarray) -> float:
+    """||softmax(z + dz) - softmax(z)||_2 / ||dz||_2 through the real masked_softmax."""
+    return float(np.linalg.norm(masked_softmax(z + dz) - masked_softmax(z)) / np.linalg.norm(dz))
+
+
+def worst_direction(z: np.ndarray) -> np.ndarray:
+    """Unit top eigenvector of the softmax Jacobian diag(p) - p p^T at z (p from the real operator): the
+    direction of steepest change, used as the adversarial perturbation of the Lipschitz searches."""
+    p = masked_softmax(z)
+    _, v = np.linalg.eigh(np.diag(p) - np.outer(p, p))
+    return v[:, -1]
+
+
+#: Sizes of the adversarial perturbation along :func:`worst_direction` (small: the Jacobian regime).
+ADVERSARIAL_STEP = 1e-4
+
+
+#: The Lipschitz search must come within this fraction of the sharp constant 1/2.
+SHARP_FRACTION = 0.9
+
+
+def _lipschitz_prop(bound: float, worst: list[float]):
+    """Property: random pair (z, z + dz) and the adversarial pair (z, z + h v) with v = worst_direction(z),
+    both <= bound + slack; the pair (z, z + dz) is steered towards large ratios with ``hypothesis.target``."""
+
+    def prop(z: np.ndarray, dz_full: np.ndarray, pull: float) -> None:
+        # pull the logits towards a two-way tie (the sharp case), keeping the drawn shape
+        z = z.copy()
+        if z.size >= 2:
+            z[1] = (1 - pull) * z[1] + pull * z[0]
+        dz = dz_full[: z.size]
+        norm = np.linalg.norm(dz)
+        assume(norm >= 1e-6)
+        slack = 2 * gamma(z.size + 4) + 8 * UNIT_ROUNDOFF * (np.abs(z).max() + np.abs(dz).max()) / norm
+        ratio = softmax_ratio(z, dz)
+        target(ratio, label="random pair ratio")
+        assert ratio <= bound + slack
+        h = ADVERSARIAL_STEP
+        adv = softmax_ratio(z, h * worst_direction(z))
+        assert adv <= bound + 2 * gamma(z.size + 4) + 8 * UNIT_ROUNDOFF * (np.abs(z).max() + h) / h
+        worst[0] = max(worst[0], ratio, adv)
+        record_ratio(max(ratio, adv), bound)
+
+    return prop
+
+
+def softmax_lipschitz_run(profile: str) -> str:
+    """||softmax(z) - softmax(z')||_2 <= ||z - z'||_2 (theorem), slack 2 gamma(n+4) + 8u(|z|+|z'|)/||dz||; random
+    pairs (hypothesis-targeted) and the adversarial pair along the top Jacobian eigenvector; the largest ratio
+    must reach SHARP_FRACTION of the sharp constant 1/2 (so the search is able to approach the bound)."""
+    worst = [0.0]
+    detail = run_property(profile, _lipschitz_prop(1.0, worst), vectors(1, 12, -20.0, 20.0),
+                          vectors(12, 12, -20.0, 20.0), reals(0.0, 1.0))
+    assert worst[0] >= SHARP_FRACTION * 0.5, f"search reached only {worst[0]:.4f} (sharp constant 1/2)"
+    return detail + f"; largest ratio {worst[0]:.4f} (bound 1, sharp 1/2)"
+
+
+def softmax_lipschitz_control(profile: str) -> str:
+    """Mutation control: the same property on the operator with its normalization removed (plain exp after the
+    max subtraction is skipped) fails."""
+    from proofs_check.mutants import patched
+
+    def unnormalized(logits: np.ndarray, *, overwrite_input: bool = False) -> np.ndarray:
+        return np.exp(np.asarray(logits, dtype=np.float64))
+
+    with patched("pldr_ref.attention.masked_softmax", unnormalized):
+        return expect_counterexample(profile, _lipschitz_prop(1.0, [0.0]), vectors(1, 12, -5.0, 5.0),
+                                     vectors(12, 12, -5.0, 5.0), reals(0.0, 1.0))
+
+
+def softmax_half_run(profile: str) -> str:
+    """Measurement: the sharper constant 1/2 (sup ||diag(p) - p p^T||_2 = 1/2) holds on random pairs and on
+    the exact Jacobian; reports the largest ratio seen."""
+    worst = [0.0]
+    lipschitz = _lipschitz_prop(0.5, worst)
+
+    def prop(z: np.ndarray, dz_full: np.ndarray, pull: float) -> None:
+        lipschitz(z, dz_full, pull)
+        p = masked_softmax(z)
+        assert np.linalg.norm(np.diag(p) - np.outer(p, p), 2) <= 0.5 + 4 * gamma(z.size + 4)
+
+    detail = run_property(profile, prop, vectors(1, 12, -5.0, 5.0), vectors(12, 12, -5.0, 5.0), reals(0.0, 1.0))
+    assert worst[0] >= SHARP_FRACTION * 0.5, f"search reached only {worst[0]:.4f} of the sharp 1/2"
+    return detail + f"; largest ratio {worst[0]:.4f} (sharp constant 1/2)"
+
+
+def softmax_half_control(profile: str) -> str:
+    """The constant 1/4 is too small: two logits split equally then pushed apart exceed it."""
+    ratio = softmax_ratio(np.zeros(2), np.array([1e-3, -1e-3]))
+    return expect_violation(ratio > 0.25, f"ratio {ratio:.4f} > 1/4")
+
+
+_SOFTMAX = ("pldr_ref.attention.masked_softmax",)
+_MASKED = ("pldr_ref.attention.masked_softmax", "pldr_ref.attention.apply_mask")
+
+
 
 
 CHECKS = (
-    _check("softmax_denom_pos", "Prop. 3.12", denom_pos_run, denom_pos_control, "max weight >= (1-gamma(n+4))/n",
-           "n >= 1", (MPMATH, HYPOTHESIS)),
-    _check("softmax_pos", "Prop. 3.12", softmax_pos_run, softmax_pos_control, "exact > 0 for spread < 700",
-           "score spread < 700 (float domain)", (MPMATH, HYPOTHESIS),
-           note="weights underflow to 0.0 in float64 for spreads > ~745; mpmath covers those"),
-    _check("softmax_sum_one", "Prop. 3.12", sum_one_run, sum_one_control, "gamma(n+4)", "n >= 1"),
-    _check("softmax_shift", "Prop. 3.12 / Prop. 5.2(iii)", shift_run, _nonconstant_shift_changes,
-           "rel 8u(2|x|+2|c|) + 2 gamma(n+4) per weight", "the shift is constant"),
-    _check("softmax_avg_le", "Prop. 3.12(ii)", avg_le_run, avg_le_control, "gamma(n+4) max|v|",
-           "v_i <= M for every i"),
-    _check("softmax_eq_iff_shift", "Prop. 5.2(iii) row level", eq_iff_shift_run, _nonconstant_shift_changes,
-           "16u(|x|+|y|+1) + 4 gamma(n+4) on log-ratio spreads", "the shift is constant"),
-    _check("maskedSoftmax_denom_pos", "Prop. 3.12", masked_denom_pos_run, denom_pos_control, "gamma(n+4)",
-           "J nonempty"),
-    _check("maskedSoftmax_nonneg", "Prop. 3.12", masked_nonneg_run, masked_nonneg_control, "none (exact >= 0)",
-           "max-subtracted evaluation (naive exp overflows to NaN)"),
-    _check("maskedSoftmax_pos", "Prop. 3.12", masked_pos_run, masked_pos_control, "exact > 0, spread on J < 700",
-           "i in J"),
-    _check("maskedSoftmax_eq_zero", "Prop. 3.12", masked_eq_zero_run, masked_eq_zero_control,
-           "none (exact == 0.0)", "underflow precondition of the finite mask (J nonempty)",
-           note="finite -1e9 / finfo.min masks give exact 0 only through underflow: an implementation property"),
-    _check("maskedSoftmax_sum_one", "Prop. 3.12", masked_sum_one_run, sum_one_control, "gamma(n+4)",
-           "J nonempty"),
-    _check("maskedSoftmax_shift", "Prop. 5.2(iii)", masked_shift_run, masked_shift_control,
-           "rel 8u(2|x|+2|c|) + 2 gamma(n+4) per weight", "the shift is constant on J"),
-    _check("maskedSoftmax_eq_iff_shift", "Prop. 5.2(iii) causal-support form", masked_eq_iff_shift_run,
-           masked_eq_iff_control, "bitwise for off-support changes; shift_rtol otherwise",
-           "the difference is a common shift on J"),
+    Check(
+        name="softmax_denom_pos",
+        lean=("softmax_denom_pos",),
+        paper="Prop. 3.12",
+        label=THEOREM,
+        method=(MPMATH, HYPOTHESIS),
+        exercises=_SOFTMAX,
+        run=denom_pos_run,
+        negative_control=denom_pos_control,
+        slack="max weight >= (1-gamma(n+4))/n",
+        dropped="n >= 1",
+    ),
+    Check(
+        name="softmax_pos",
+        lean=("softmax_pos",),
+        paper="Prop. 3.12",
+        label=THEOREM,
+        method=(MPMATH, HYPOTHESIS),
+        exercises=_SOFTMAX,
+        run=softmax_pos_run,
+        negative_control=softmax_pos_control,
+        slack="exact > 0 for spread < 700",
+        dropped="float domain: score spread < 700",
+        note="weights underflow to 0.0 in float64 for spreads > ~745; mpmath covers those",
+    ),
+    Check(
+        name="softmax_sum_one",
+        lean=("softmax_sum_one",),
+        paper="Prop. 3.12",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=_SOFTMAX,
+        run=sum_one_run,
+        negative_control=sum_one_control,
+        slack="gamma(n+4)",
+        dropped="n >= 1",
+    ),
+    Check(
+        name="softmax_shift",
+        lean=("softmax_shift",),
+        paper="Prop. 3.12 / Prop. 5.2(iii)",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=_SOFTMAX,
+        run=shift_run,
+        negative_control=_nonconstant_shift_changes,
+        slack="rel 8u(2|x|+2|c|) + 2 gamma(n+4) per weight",
+        dropped="the shift is constant",
+    ),
+    Check(
+        name="softmax_avg_le",
+        lean=("softmax_avg_le",),
+        paper="Prop. 3.12(ii)",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=_SOFTMAX,
+        run=avg_le_run,
+        negative_control=avg_le_control,
+        slack="gamma(n+4) max|v|",
+        dropped="v_i <= M for all i",
+    ),
+    Check(
+        name="softmax_eq_iff_shift",
+        lean=("softmax_eq_iff_shift",),
+        paper="Prop. 5.2(iii) row level",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=_SOFTMAX,
+        run=eq_iff_shift_run,
+        negative_control=_nonconstant_shift_changes,
+        slack="16u(|x|+|y|+1) + 4 gamma(n+4) on log-ratio spreads",
+        dropped="the shift is constant",
+    ),
+    Check(
+        name="maskedSoftmax_denom_pos",
+        lean=("maskedSoftmax_denom_pos",),
+        paper="Prop. 3.12",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=_MASKED,
+        run=masked_denom_pos_run,
+        negative_control=denom_pos_control,
+        slack="gamma(n+4)",
+        dropped="J nonempty",
+    ),
+    Check(
+        name="maskedSoftmax_nonneg",
+        lean=("maskedSoftmax_nonneg",),
+        paper="Prop. 3.12",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=_MASKED,
+        run=masked_nonneg_run,
+        negative_control=masked_nonneg_control,
+        slack="none (exact >= 0)",
+        dropped="max subtraction of the operator (naive exp overflows to NaN)",
+    ),
+    Check(
+        name="maskedSoftmax_pos",
+        lean=("maskedSoftmax_pos",),
+        paper="Prop. 3.12",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=_MASKED,
+        run=masked_pos_run,
+        negative_control=masked_pos_control,
+        slack="exact > 0, spread on J < 700",
+        dropped="i in J",
+    ),
+    Check(
+        name="maskedSoftmax_eq_zero",
+        lean=("maskedSoftmax_eq_zero",),
+        paper="Prop. 3.12",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=_MASKED,
+        run=masked_eq_zero_run,
+        negative_control=masked_eq_zero_control,
+        slack="none (exact == 0.0)",
+        dropped="i not in J",
+        note="finite -1e9 / finfo.min masks give exact 0 only through underflow: an implementation property",
+    ),
+    Check(
+        name="maskedSoftmax_sum_one",
+        lean=("maskedSoftmax_sum_one",),
+        paper="Prop. 3.12",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=_MASKED,
+        run=masked_sum_one_run,
+        negative_control=sum_one_control,
+        slack="gamma(n+4)",
+        dropped="J nonempty",
+    ),
+    Check(
+        name="maskedSoftmax_shift",
+        lean=("maskedSoftmax_shift",),
+        paper="Prop. 5.2(iii)",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=_MASKED,
+        run=masked_shift_run,
+        negative_control=masked_shift_control,
+        slack="rel 8u(2|x|+2|c|) + 2 gamma(n+4) per weight",
+        dropped="the shift is constant on J",
+    ),
+    Check(
+        name="maskedSoftmax_eq_iff_shift",
+        lean=("maskedSoftmax_eq_iff_shift",),
+        paper="Prop. 5.2(iii) causal-support form",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=_MASKED,
+        run=masked_eq_iff_shift_run,
+        negative_control=masked_eq_iff_control,
+        slack="bitwise for off-support changes; shift_rtol otherwise",
+        dropped="the difference is a common shift on J",
+    ),
+    Check(
+        name="softmax_lipschitz_one",
+        lean=(),
+        paper="Sec. 5.3 (softmax Lipschitz)",
+        label=THEOREM,
+        method=(HYPOTHESIS,),
+        exercises=("pldr_ref.attention.masked_softmax",),
+        run=softmax_lipschitz_run,
+        negative_control=softmax_lipschitz_control,
+        slack="2 gamma(n+4) + 8u(|z|+|dz|)/||dz||",
+        dropped="the normalization (operator mutated)",
+    ),
+    Check(
+        name="softmax_lipschitz_half",
+        lean=(),
+        paper="Sec. 5.3 (sharper constant)",
+        label=MEASUREMENT,
+        method=(HYPOTHESIS,),
+        exercises=("pldr_ref.attention.masked_softmax",),
+        run=softmax_half_run,
+        negative_control=softmax_half_control,
+        slack="2 gamma(n+4) + 8u(|z|+|dz|)/||dz||",
+        dropped="constant 1/4 instead of 1/2",
+        note="1/2 is not stated in the paper; it is measured here (and follows from ||diag(p) - pp^T||_2 <= 1/2)",
+    ),
 )

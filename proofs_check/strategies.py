@@ -49,3 +49,7 @@ def rows_with_support(
     if nonempty and not allowed.any():
         allowed[draw(st.integers(0, n - 1))] = True
     return x, allowed
+
+
+#: The sympy identities are checked for every matrix size / orbit length d = 1..MAX_D (or symbolically).
+MAX_D = 8

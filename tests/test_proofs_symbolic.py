@@ -5,32 +5,33 @@ from __future__ import annotations
 
 import sympy as sp
 
-from proofs_check import symbolic
+from proofs_check import layernorm, rank_one, twirl
+from proofs_check.strategies import MAX_D
 
 
 def test_rowclone_characteristic_polynomial_every_d_up_to_8():
-    assert symbolic.MAX_D == 8
-    assert symbolic.charpoly_run("ci") == "d = 1..8"
+    assert MAX_D == 8
+    assert rank_one.charpoly_run("ci") == "d = 1..8"
 
 
 def test_rowclone_power():
-    assert "d <= 8" in symbolic.power_run("ci")
+    assert "d <= 8" in rank_one.power_run("ci")
 
 
 def test_layernorm_norm_identity():
-    assert symbolic.ln_norm_run("ci") == "d = 1..8"
+    assert layernorm.ln_norm_run("ci") == "d = 1..8"
 
 
 def test_twirl_multiplier_symbolic_s():
-    assert "symbolic S" in symbolic.twirl_run("ci")
+    assert "symbolic S" in twirl.twirl_run("ci")
 
 
 def test_negative_controls_detect_wrong_identities():
-    for control in (symbolic.charpoly_control, symbolic.power_control, symbolic.ln_norm_control,
-                    symbolic.twirl_control):
+    for control in (rank_one.charpoly_control, rank_one.power_control, layernorm.ln_norm_control,
+                    twirl.twirl_control):
         assert control("ci").startswith("violated")
 
 
 def test_row_clone_matrix_is_one_alpha_transpose():
-    a = symbolic.row_clone_matrix(3)
+    a = rank_one.row_clone_matrix(3)
     assert a.rank() == 1 and a[2, 1] == sp.Symbol("a1", real=True)

@@ -1,0 +1,126 @@
+"""Measure which ``pldr_ref`` functions a check really calls (``sys.setprofile``), and read the reductions an
+operator evaluates out of its own frame (``captured_locals``).
+
+The ``exercises`` column of the coverage table is what :class:`Tracer` recorded, not what a check declares;
+the runner fails a check whose declared operators were never called.  The per-example counter behind
+"examples reached" is :attr:`Tracer.hits`: calls into the check's declared operators (any ``pldr_ref``
+function when a check declares none).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any
+
+import pldr_ref
+
+#: Folder whose Python functions count as pldr_ref operators.
+PLDR_REF_DIR = str(Path(pldr_ref.__file__).resolve().parent)
+
+
+def _module_name(filename: str) -> str | None:
+    """'pldr_ref.norms' for <PLDR_REF_DIR>/norms.py; None outside pldr_ref."""
+    try:
+        rel = Path(filename).resolve().relative_to(PLDR_REF_DIR)
+    except ValueError:
+        return None
+    parts = list(rel.with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(["pldr_ref", *parts])
+
+
+#: Code objects of stand-in functions (operator mutants) -> the pldr_ref operator they replace.
+ALIASES: dict[CodeType, str] = {}
+
+
+class Tracer:
+    """Profile hook recording every pldr_ref function called (``module.qualname``) while installed."""
+
+    def __init__(self, targets: frozenset[str] = frozenset()) -> None:
+        self.targets = targets
+        self.called: set[str] = set()
+        self.hits = 0
+        self.captures: dict[str, list[dict[str, Any]]] = {}
+        self._names: dict[CodeType, str | None] = {}
+        self._previous: Any = None
+
+    def _name(self, code: CodeType) -> str | None:
+        alias = ALIASES.get(code)
+        if alias is not None:
+            return alias
+        try:
+            return self._names[code]
+        except KeyError:
+            module = _module_name(code.co_filename)
+            name = None if module is None else f"{module}.{code.co_qualname}"
+            self._names[code] = name
+            return name
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            name = self._name(frame.f_code)
+            if name is not None:
+                self.called.add(name)
+                if not self.targets or name in self.targets:
+                    self.hits += 1
+        elif event == "return" and self.captures:
+            name = self._name(frame.f_code)
+            if name in self.captures:
+                self.captures[name].append(dict(frame.f_locals))
+
+    def __enter__(self) -> Tracer:
+        self._previous = sys.getprofile()
+        sys.setprofile(self)
+        _STACK.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _STACK.pop()
+        sys.setprofile(self._previous)
+
+    def public_called(self) -> tuple[str, ...]:
+        """Called pldr_ref functions without private or nested components, sorted."""
+        return tuple(sorted(n for n in self.called if "<" not in n and not any(
+            p.startswith("_") for p in n.split("."))))
+
+
+_STACK: list[Tracer] = []
+
+
+def active() -> Tracer | None:
+    """The innermost installed tracer, if any."""
+    return _STACK[-1] if _STACK else None
+
+
+@contextlib.contextmanager
+def ensure_tracer() -> Iterator[Tracer]:
+    """The active tracer, or a fresh one installed for the duration."""
+    current = active()
+    if current is not None:
+        yield current
+        return
+    with Tracer() as tracer:
+        yield tracer
+
+
+@contextlib.contextmanager
+def captured_locals(qualified: str) -> Iterator[list[dict[str, Any]]]:
+    """Collect the local variables of every return of the pldr_ref function ``qualified`` (e.g.
+    ``pldr_ref.norms.layer_norm``) inside the block: the values the operator itself evaluated."""
+    with ensure_tracer() as tracer:
+        frames: list[dict[str, Any]] = []
+        previous = tracer.captures.get(qualified)
+        tracer.captures[qualified] = frames
+        try:
+            yield frames
+        finally:
+            if previous is None:
+                del tracer.captures[qualified]
+            else:
+                tracer.captures[qualified] = previous
+                previous.extend(frames)
