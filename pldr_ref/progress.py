@@ -54,7 +54,7 @@ class Progress:
         elapsed = time.monotonic() - self._start
         if self._tty:
             frac = self.done / self.total if self.total else 1.0
-            filled = int(round(frac * BAR_WIDTH))
+            filled = round(frac * BAR_WIDTH)
             bar = "#" * filled + "-" * (BAR_WIDTH - filled)
             self._write(f"\r{self.label} [{bar}] {self.done}/{self.total} {elapsed:6.1f}s {item[:40]:<40}")
         elif elapsed - self._last_plain >= PLAIN_INTERVAL_S or self.done == self.total:

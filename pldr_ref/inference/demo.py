@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="tiny", choices=["tiny", "small", "medium"])
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--no-external", action="store_true", help="skip the trained external G (the bundled PLDRv51-110M-1 G_LM)")
+    ap.add_argument("--no-external", action="store_true", help="skip the bundled trained PLDRv51-110M-1 external G")
     args = ap.parse_args(argv)
     run(args.preset, args.seed, external=not args.no_external)
     return 0
