@@ -10,8 +10,8 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 from hypothesis import assume, target
-from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 
 from pldr_ref.attention import MASK_MODES, apply_mask, masked_softmax, mix_values
 from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property
