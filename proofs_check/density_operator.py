@@ -11,7 +11,7 @@ from pldr_ref.density import density_operator
 from pldr_ref.plga import metric_tensor
 from proofs_check.profiles import expect_counterexample, expect_violation, run_property
 from proofs_check.real_data import real_g_lm
-from proofs_check.registry import HYPOTHESIS, REAL_G_LM, SYMPY, THEOREM, Check
+from proofs_check.registry import HYPOTHESIS, IDENTITY, REAL_G_LM, SYMPY, THEOREM, Check
 from proofs_check.rounding import SUBNORMAL_FLOOR, gamma
 from proofs_check.strategies import matrices, seeds
 
@@ -152,6 +152,7 @@ _EX = ("pldr_ref.density.density_operator",)
 CHECKS = (
     Check(
         name="density_isSymm",
+        statement=IDENTITY,
         lean=("density_isSymm",),
         paper="Prop. 3.6",
         label=THEOREM,
@@ -190,6 +191,7 @@ CHECKS = (
     ),
     Check(
         name="density_rank",
+        statement=IDENTITY,
         lean=("density_rank",),
         paper="Prop. 3.6",
         label=THEOREM,

@@ -8,7 +8,7 @@ import numpy as np
 
 from pldr_ref.plga import metric_tensor, potential_tensor
 from proofs_check.profiles import expect_violation, run_property
-from proofs_check.registry import EXACT_FLOAT, HYPOTHESIS, THEOREM, Check
+from proofs_check.registry import EXACT_FLOAT, HYPOTHESIS, IDENTITY, THEOREM, Check
 from proofs_check.rounding import UNIT_ROUNDOFF
 from proofs_check.strategies import reals, seeds, square_matrices
 
@@ -88,6 +88,7 @@ _EX = ("pldr_ref.plga.potential_tensor",)
 CHECKS = (
     Check(
         name="hadPow_apply",
+        statement=IDENTITY,
         lean=("hadPow_apply",),
         paper="Prop. 3.7",
         label=THEOREM,
@@ -100,6 +101,7 @@ CHECKS = (
     ),
     Check(
         name="hadPow_zero",
+        statement=IDENTITY,
         lean=("hadPow_zero",),
         paper="Prop. 3.7",
         label=THEOREM,
@@ -112,6 +114,7 @@ CHECKS = (
     ),
     Check(
         name="hadPow_add",
+        statement=IDENTITY,
         lean=("hadPow_add",),
         paper="Prop. 3.7",
         label=THEOREM,

@@ -20,7 +20,7 @@ from pldr_ref.rope import apply_rope
 from proofs_check.models import tiny_params, token_batch
 from proofs_check.profiles import expect_counterexample, expect_violation, run_property
 from proofs_check.real_data import real_g_lm
-from proofs_check.registry import EXACT_FLOAT, HYPOTHESIS, REAL_G_LM, THEOREM, Check
+from proofs_check.registry import EXACT_FLOAT, HYPOTHESIS, IDENTITY, REAL_G_LM, THEOREM, Check
 from proofs_check.rounding import UNIT_ROUNDOFF, gamma
 from proofs_check.softmax import shift_rtol
 from proofs_check.strategies import seeds
@@ -265,6 +265,7 @@ _EX = ("pldr_ref.attention.attention_scores",)
 CHECKS = (
     Check(
         name="score_sdpa_special_case",
+        statement=IDENTITY,
         lean=("score_sdpa_special_case",),
         paper="Thm. 5.4(i)",
         label=THEOREM,
@@ -279,6 +280,7 @@ CHECKS = (
     ),
     Check(
         name="absorb_operator",
+        statement=IDENTITY,
         lean=("absorb_operator",),
         paper="Thm. 5.4(ii)",
         label=THEOREM,
@@ -291,6 +293,7 @@ CHECKS = (
     ),
     Check(
         name="absorb_operator_affine",
+        statement=IDENTITY,
         lean=("absorb_operator_affine",),
         paper="Thm. 5.4(ii)",
         label=THEOREM,
@@ -303,6 +306,7 @@ CHECKS = (
     ),
     Check(
         name="cache_sufficiency_scores",
+        statement=IDENTITY,
         lean=("cache_sufficiency_scores",),
         paper="Prop. 5.2(i)",
         label=THEOREM,
@@ -319,6 +323,7 @@ CHECKS = (
     ),
     Check(
         name="cache_sufficiency_rows",
+        statement=IDENTITY,
         lean=("cache_sufficiency_rows",),
         paper="Prop. 5.2(i)/(iii)",
         label=THEOREM,
@@ -334,6 +339,7 @@ CHECKS = (
     ),
     Check(
         name="attention_rows_shift_invariance",
+        statement=IDENTITY,
         lean=(),
         paper="Prop. 5.2(iii) (row-constant score shifts)",
         label=THEOREM,

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from pldr_ref.constants import EPS_LN
 from pldr_ref.norms import layer_norm
 from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property
-from proofs_check.registry import HYPOTHESIS, MPMATH, SYMPY, THEOREM, Check
+from proofs_check.registry import HYPOTHESIS, IDENTITY, MPMATH, SYMPY, THEOREM, Check
 from proofs_check.rounding import SUBNORMAL_FLOOR, UNIT_ROUNDOFF, gamma
 from proofs_check.strategies import MAX_D, reals, seeds, vectors
 from proofs_check.tracing import captured_locals
@@ -501,6 +501,7 @@ CHECKS = (
     ),
     Check(
         name="rowMean_shift",
+        statement=IDENTITY,
         lean=("rowMean_shift",),
         paper="Lem. 5.11(i)",
         label=THEOREM,
@@ -513,6 +514,7 @@ CHECKS = (
     ),
     Check(
         name="rowVar_shift",
+        statement=IDENTITY,
         lean=("rowVar_shift",),
         paper="Lem. 5.11(i)",
         label=THEOREM,
@@ -525,6 +527,7 @@ CHECKS = (
     ),
     Check(
         name="rowMean_smul",
+        statement=IDENTITY,
         lean=("rowMean_smul",),
         paper="Lem. 5.11(ii)",
         label=THEOREM,
@@ -540,6 +543,7 @@ CHECKS = (
     ),
     Check(
         name="rowVar_smul",
+        statement=IDENTITY,
         lean=("rowVar_smul",),
         paper="Lem. 5.11(ii)",
         label=THEOREM,
@@ -552,6 +556,7 @@ CHECKS = (
     ),
     Check(
         name="lnEps_shift",
+        statement=IDENTITY,
         lean=("lnEps_shift",),
         paper="Lem. 5.11(i)",
         label=THEOREM,
@@ -565,6 +570,7 @@ CHECKS = (
     ),
     Check(
         name="lnEps_scale_eps_zero",
+        statement=IDENTITY,
         lean=("lnEps_scale_eps_zero",),
         paper="Lem. 5.11(ii)",
         label=THEOREM,
@@ -577,6 +583,7 @@ CHECKS = (
     ),
     Check(
         name="sum_sq_normalized",
+        statement=IDENTITY,
         lean=("sum_sq_normalized",),
         paper="Lem. 5.11(iii)",
         label=THEOREM,
@@ -629,6 +636,7 @@ CHECKS = (
     ),
     Check(
         name="sympy_layernorm_norm",
+        statement=IDENTITY,
         lean=(),
         paper="Lem. 5.11(iii) (the exact identity behind sum_sq_normalized)",
         label=THEOREM,

@@ -21,7 +21,7 @@ from pldr_ref.inference.scoring import prefix_final_row_logits
 from pldr_ref.model import forward
 from proofs_check.models import tiny_params
 from proofs_check.profiles import expect_counterexample, expect_violation, run_property
-from proofs_check.registry import EXACT_FLOAT, PURE_PYTHON, THEOREM, Check
+from proofs_check.registry import EXACT_FLOAT, IDENTITY, LOGICAL, PURE_PYTHON, THEOREM, Check
 
 Decoder = Callable[[Sequence[Any]], list[Any]]
 
@@ -407,6 +407,7 @@ _ONLINE = ("pldr_ref.model.forward", "pldr_ref.inference.scoring.prefix_final_ro
 CHECKS = (
     Check(
         name="online_causal",
+        statement=IDENTITY,
         lean=("online_causal",),
         paper="Rem. 4.7",
         label=THEOREM,
@@ -419,6 +420,7 @@ CHECKS = (
     ),
     Check(
         name="prefixConsistentShaped_getElem",
+        statement=IDENTITY,
         lean=("prefixConsistentShaped_getElem",),
         paper="Def. 4.8",
         label=THEOREM,
@@ -431,6 +433,7 @@ CHECKS = (
     ),
     Check(
         name="constNil_prefixConsistent",
+        statement=LOGICAL,
         lean=("constNil_prefixConsistent",),
         paper="Def. 4.8",
         label=THEOREM,
@@ -443,6 +446,7 @@ CHECKS = (
     ),
     Check(
         name="constNil_not_prefixConsistentShaped",
+        statement=LOGICAL,
         lean=("constNil_not_prefixConsistentShaped",),
         paper="Def. 4.8",
         label=THEOREM,
@@ -455,6 +459,7 @@ CHECKS = (
     ),
     Check(
         name="prefixConsistent_of_rowLocal",
+        statement=LOGICAL,
         lean=("prefixConsistent_of_rowLocal",),
         paper="Def. 4.8 / Rem. 4.9(i)",
         label=THEOREM,
@@ -467,6 +472,7 @@ CHECKS = (
     ),
     Check(
         name="prefixConsistentShaped_of_rowLocal",
+        statement=LOGICAL,
         lean=("prefixConsistentShaped_of_rowLocal",),
         paper="Def. 4.8",
         label=THEOREM,
@@ -479,6 +485,7 @@ CHECKS = (
     ),
     Check(
         name="rowMapDecoder_rowLocal",
+        statement=LOGICAL,
         lean=("rowMapDecoder_rowLocal",),
         paper="Def. 4.8",
         label=THEOREM,
@@ -491,6 +498,7 @@ CHECKS = (
     ),
     Check(
         name="rowMapDecoder_lengthPreserving",
+        statement=IDENTITY,
         lean=("rowMapDecoder_lengthPreserving",),
         paper="Def. 4.8",
         label=THEOREM,
@@ -503,6 +511,7 @@ CHECKS = (
     ),
     Check(
         name="rowMapDecoder_prefixConsistent",
+        statement=LOGICAL,
         lean=("rowMapDecoder_prefixConsistent",),
         paper="Def. 4.8",
         label=THEOREM,
@@ -515,6 +524,7 @@ CHECKS = (
     ),
     Check(
         name="rowMapDecoder_prefixConsistentShaped",
+        statement=LOGICAL,
         lean=("rowMapDecoder_prefixConsistentShaped",),
         paper="Def. 4.8 / Prop. 3.12",
         label=THEOREM,
@@ -527,6 +537,7 @@ CHECKS = (
     ),
     Check(
         name="rowMapDecoder_block_eq_online",
+        statement=IDENTITY,
         lean=("rowMapDecoder_block_eq_online",),
         paper="Rem. 4.9(i)",
         label=THEOREM,
@@ -539,6 +550,7 @@ CHECKS = (
     ),
     Check(
         name="globalSumDecoder_lengthPreserving",
+        statement=IDENTITY,
         lean=("globalSumDecoder_lengthPreserving",),
         paper="Rem. 4.9(i)",
         label=THEOREM,
@@ -551,6 +563,7 @@ CHECKS = (
     ),
     Check(
         name="globalSumDecoder_not_prefixConsistent",
+        statement=LOGICAL,
         lean=("globalSumDecoder_not_prefixConsistent",),
         paper="Rem. 4.9(i)",
         label=THEOREM,
@@ -563,6 +576,7 @@ CHECKS = (
     ),
     Check(
         name="globalSumDecoder_not_prefixConsistentShaped",
+        statement=LOGICAL,
         lean=("globalSumDecoder_not_prefixConsistentShaped",),
         paper="Rem. 4.9(i)",
         label=THEOREM,

@@ -48,6 +48,8 @@ class RunRecord:
     valid: int = 0
     reached: int = 0
     ratio: float | None = None
+    #: smallest observed value / natural scale of a positivity or nonnegativity statement (None: none stated)
+    margin: float | None = None
 
 
 _RECORDS: list[RunRecord] = []
@@ -91,6 +93,22 @@ def record_ratio(observed: float, bound: float = 1.0) -> None:
     value = float(observed) / float(bound) if bound > 0 else float("nan")
     if rec is not None and value == value:
         rec.ratio = value if rec.ratio is None else max(rec.ratio, value)
+
+
+def record_lower(lhs: float, rhs: float) -> None:
+    """Sharpness of a lower bound ``lhs >= rhs``: keep rhs / lhs (1 = tight, smaller = the search stayed away
+    from the bound) if it is the largest seen in the current check (lhs <= 0 and NaN carry no information)."""
+    record_ratio(rhs, lhs)
+
+
+def record_margin(value: float, scale: float = 1.0) -> None:
+    """Sharpness of a positivity / nonnegativity statement ``value > 0`` (``>= 0``): keep value / scale (how
+    close the search came to the boundary 0, relative to the natural scale of the quantity) if it is the
+    smallest seen in the current check (scale <= 0 and NaN are ignored)."""
+    rec = current_record()
+    value = float(value) / float(scale) if scale > 0 else float("nan")
+    if rec is not None and value == value:
+        rec.margin = value if rec.margin is None else min(rec.margin, value)
 
 
 def check_profile(profile: str) -> str:

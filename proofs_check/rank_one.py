@@ -24,7 +24,7 @@ from pldr_ref.params import NormParams
 from proofs_check.models import tiny_params
 from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property
 from proofs_check.real_data import REAL_D_K, real_g_lm
-from proofs_check.registry import HYPOTHESIS, REAL_G_LM, SYMPY, THEOREM, Check
+from proofs_check.registry import HYPOTHESIS, IDENTITY, REAL_G_LM, SYMPY, THEOREM, Check
 from proofs_check.rounding import UNIT_ROUNDOFF, gamma
 from proofs_check.strategies import MAX_D, seeds, vectors
 
@@ -389,6 +389,7 @@ _EX = ("pldr_ref.metric_learner.metric_learner",)
 CHECKS = (
     Check(
         name="rowClone_apply",
+        statement=IDENTITY,
         lean=("rowClone_apply",),
         paper="Prop. 3.9 / Prop. 3.11",
         label=THEOREM,
@@ -415,6 +416,7 @@ CHECKS = (
     ),
     Check(
         name="rowClone_eq_zero_iff",
+        statement=IDENTITY,
         lean=("rowClone_eq_zero_iff",),
         paper="Prop. 3.9(i)",
         label=THEOREM,
@@ -429,6 +431,7 @@ CHECKS = (
     ),
     Check(
         name="rowClone_rank_eq_one",
+        statement=IDENTITY,
         lean=("rowClone_rank_eq_one",),
         paper="Prop. 3.9(i)",
         label=THEOREM,
@@ -441,6 +444,7 @@ CHECKS = (
     ),
     Check(
         name="rowClone_det_eq_zero",
+        statement=IDENTITY,
         lean=("rowClone_det_eq_zero",),
         paper="Prop. 3.9(i)",
         label=THEOREM,
@@ -454,6 +458,7 @@ CHECKS = (
     ),
     Check(
         name="rowClone_mulVec_one",
+        statement=IDENTITY,
         lean=("rowClone_mulVec_one",),
         paper="Prop. 3.9(ii)",
         label=THEOREM,
@@ -466,6 +471,7 @@ CHECKS = (
     ),
     Check(
         name="rowClone_mul_self",
+        statement=IDENTITY,
         lean=("rowClone_mul_self",),
         paper="Prop. 3.9(ii)",
         label=THEOREM,
@@ -478,6 +484,7 @@ CHECKS = (
     ),
     Check(
         name="rowClone_pow",
+        statement=IDENTITY,
         lean=("rowClone_pow",),
         paper="Prop. 3.9(iii)",
         label=THEOREM,
@@ -490,6 +497,7 @@ CHECKS = (
     ),
     Check(
         name="rowClone_sq_eq_zero",
+        statement=IDENTITY,
         lean=("rowClone_sq_eq_zero",),
         paper="Prop. 3.9(ii)",
         label=THEOREM,
@@ -516,6 +524,7 @@ CHECKS = (
     ),
     Check(
         name="sympy_rowclone_charpoly",
+        statement=IDENTITY,
         lean=(),
         paper="Prop. 3.9(ii)",
         label=THEOREM,
@@ -528,6 +537,7 @@ CHECKS = (
     ),
     Check(
         name="sympy_rowclone_power",
+        statement=IDENTITY,
         lean=("rowClone_pow", "rowClone_mul_self"),
         paper="Prop. 3.9(iii)",
         label=THEOREM,

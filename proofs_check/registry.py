@@ -37,6 +37,12 @@ CONDITIONAL = "conditional theorem"
 MEASUREMENT = "measurement"
 LABELS = (THEOREM, CONDITIONAL, MEASUREMENT)
 
+#: Statement kinds (the sharpness column): inequalities are measured, the others are named.
+INEQUALITY = "inequality"
+IDENTITY = "identity"
+LOGICAL = "logical"
+STATEMENTS = (INEQUALITY, IDENTITY, LOGICAL)
+
 #: Methods.
 HYPOTHESIS = "hypothesis float64"
 MPMATH = "mpmath"
@@ -84,10 +90,15 @@ class Check:
     #: where the Lean lemma itself is weak (a definitional identity): what it says and which check adds the
     #: meaningful corollary
     weak: str = ""
+    #: what the statement is (one of :data:`STATEMENTS`): an inequality gets a sharpness value, an identity
+    #: (equality) or a logical statement (a property / its failure on a witness) gets the word in that column
+    statement: str = "inequality"
 
     def __post_init__(self) -> None:
         if self.label not in LABELS:
             raise ValueError(f"check {self.name}: label must be one of {LABELS}, got {self.label!r}")
+        if self.statement not in STATEMENTS:
+            raise ValueError(f"check {self.name}: statement must be one of {STATEMENTS}, got {self.statement!r}")
         bad = [m for m in self.method if m not in METHODS]
         if bad or not self.method:
             raise ValueError(f"check {self.name}: unknown method(s) {bad}; expected from {METHODS}")
@@ -134,6 +145,7 @@ class Outcome:
     budget: int = 0  # hypothesis examples the positive run asked for
     reached: int = 0  # examples that reached the operator
     ratio: float | None = None  # largest observed value / bound of the check's inequalities
+    margin: float | None = None  # smallest observed value / scale of its positivity statements
 
     @property
     def passed(self) -> bool:
@@ -222,4 +234,5 @@ def run_check(check: Check, profile: str, controls: bool = True) -> Outcome:
         except Exception as exc:
             control_status, control_detail = "error", _first_line(exc)
     return Outcome(check, status, detail, control_status, control_detail, time.perf_counter() - t0,
-                   measured=tracer.public_called(), budget=rec.budget, reached=rec.reached, ratio=rec.ratio)
+                   measured=tracer.public_called(), budget=rec.budget, reached=rec.reached, ratio=rec.ratio,
+                   margin=rec.margin)

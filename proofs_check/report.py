@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 
 from proofs_check.catalog import LEAN_FILE_OF, LEAN_FILES, LEAN_NAMES
-from proofs_check.registry import Check, Outcome, all_checks, run_check
+from proofs_check.registry import INEQUALITY, Check, Outcome, all_checks, run_check
 
 
 def run_all(
@@ -91,8 +91,22 @@ def failure_reasons(outcomes: list[Outcome]) -> list[str]:
 
 
 def format_ratio(ratio: float | None) -> str:
-    """Sharpness column: largest observed value / bound, two significant digits ('-' when none)."""
+    """Largest observed value / bound, two significant digits ('-' when none)."""
     return "-" if ratio is None else f"{ratio:.2g}"
+
+
+def sharpness_text(o: Outcome) -> str:
+    """Sharpness column: the ratio of the check's bounds (two significant digits), 'min x' for the smallest
+    value / scale of a positivity statement, 'identity' / 'logical' for equality / logical statements (with
+    'err/tol r' when the run measured its rounding error against a tolerance), '-' when nothing was recorded."""
+    parts = []
+    if o.ratio is not None:
+        parts.append(("err/tol " if o.check.statement != INEQUALITY else "") + format_ratio(o.ratio))
+    if o.margin is not None:
+        parts.append(f"min {o.margin:.2g}")
+    if o.check.statement != INEQUALITY:
+        return o.check.statement + (f" ({'; '.join(parts)})" if parts else "")
+    return "; ".join(parts) or "-"
 
 
 def reached_text(o: Outcome) -> str:
@@ -130,7 +144,14 @@ def markdown(outcomes: list[Outcome], profile: str, mutants: list | None = None)
         "",
         "Columns: *operators* are the pldr_ref functions the run was traced calling (a check fails when a declared",
         "operator is not called); *reached* counts hypothesis examples that reached the operator out of the",
-        "budget (a check fails below 90 %); *sharpness* is the largest observed value / bound of its inequality.",
+        "budget (a check fails below 90 %); *sharpness* says how close the search came to the boundary of the",
+        "statement: for an upper bound `lhs <= rhs` (`<`, rank <=, diam <=, Lipschitz) the largest lhs / rhs over",
+        "the examples; for a lower bound `lhs >= rhs` (trace >=, entry floor) the largest rhs / lhs (1 = tight,",
+        "0 or negative = the search stayed far from the bound); for positivity / nonnegativity `x > 0` (`>= 0`)",
+        "`min m`, the smallest x / (natural scale of x) found (0 = the boundary was reached, as nonnegativity allows;",
+        "the scale is named in the check's docstring); *identity* marks equality statements and *logical* logical",
+        "ones (a property such as prefix consistency, or its failure on a witness), with `err/tol r` the largest",
+        "rounding error / tolerance where the run measures one.",
         "",
         f"**Summary ({profile} profile):** {summary(outcomes)}.",
         "",
@@ -154,7 +175,7 @@ def markdown(outcomes: list[Outcome], profile: str, mutants: list | None = None)
             control += f" (no drop can falsify it: {c.redundant})"
         lines.append("| " + " | ".join(_md_escape(x) for x in (
             f"`{c.name}`", ", ".join(c.lean) or f"(beyond Lean: {c.paper})", "; ".join(c.hypotheses) or "none",
-            operators_text(o), reached_text(o), control, format_ratio(o.ratio), status_word(o),
+            operators_text(o), reached_text(o), control, sharpness_text(o), status_word(o),
         )) + " |")
     weak = [o for o in outcomes if o.check.weak]
     if weak:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pldr_ref.rope import apply_rope
 from proofs_check.profiles import expect_counterexample, expect_violation, run_property
 from proofs_check.real_data import REAL_D_K, real_g_lm
-from proofs_check.registry import HYPOTHESIS, REAL_G_LM, THEOREM, Check
+from proofs_check.registry import HYPOTHESIS, IDENTITY, REAL_G_LM, THEOREM, Check
 from proofs_check.rounding import SUBNORMAL_FLOOR, UNIT_ROUNDOFF
 from proofs_check.strategies import reals, seeds
 from proofs_check.torus import (
@@ -276,6 +276,7 @@ _EX = ("pldr_ref.rope.apply_rope",)
 CHECKS = (
     Check(
         name="rot_zero",
+        statement=IDENTITY,
         lean=("rot_zero",),
         paper="Prop. 4.1",
         label=THEOREM,
@@ -288,6 +289,7 @@ CHECKS = (
     ),
     Check(
         name="rot_mul",
+        statement=IDENTITY,
         lean=("rot_mul",),
         paper="Prop. 4.1",
         label=THEOREM,
@@ -300,6 +302,7 @@ CHECKS = (
     ),
     Check(
         name="rot_transpose",
+        statement=IDENTITY,
         lean=("rot_transpose",),
         paper="Prop. 4.1",
         label=THEOREM,
@@ -312,6 +315,7 @@ CHECKS = (
     ),
     Check(
         name="rot_orthogonal",
+        statement=IDENTITY,
         lean=("rot_orthogonal",),
         paper="Prop. 4.1",
         label=THEOREM,
@@ -325,6 +329,7 @@ CHECKS = (
     ),
     Check(
         name="smul_one_add_smul_rotJ_commute",
+        statement=IDENTITY,
         lean=("smul_one_add_smul_rotJ_commute",),
         paper="Prop. 4.1",
         label=THEOREM,
@@ -337,6 +342,7 @@ CHECKS = (
     ),
     Check(
         name="commute_rot_iff",
+        statement=IDENTITY,
         lean=("commute_rot_iff",),
         paper="Prop. 4.1 / Cor. 7.1 (per block)",
         label=THEOREM,
@@ -349,6 +355,7 @@ CHECKS = (
     ),
     Check(
         name="relative_position_of_commute",
+        statement=IDENTITY,
         lean=("relative_position_of_commute",),
         paper="Prop. 4.1 (if) / Thm. 5.4(ii)",
         label=THEOREM,
@@ -361,6 +368,7 @@ CHECKS = (
     ),
     Check(
         name="commutant_criterion_multiplane",
+        statement=IDENTITY,
         lean=(),
         paper="Prop. 4.1 / Cor. 7.1",
         label=THEOREM,

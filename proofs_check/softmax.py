@@ -15,7 +15,7 @@ from hypothesis.control import currently_in_test_context
 
 from pldr_ref.attention import MASK_MODES, apply_mask, masked_softmax, mix_values
 from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property
-from proofs_check.registry import HYPOTHESIS, MEASUREMENT, MPMATH, THEOREM, Check
+from proofs_check.registry import HYPOTHESIS, IDENTITY, MEASUREMENT, MPMATH, THEOREM, Check
 from proofs_check.rounding import UNIT_ROUNDOFF, gamma
 from proofs_check.strategies import reals, rows_with_support, vectors
 from proofs_check.tracing import captured_locals
@@ -482,6 +482,7 @@ CHECKS = (
     ),
     Check(
         name="softmax_sum_one",
+        statement=IDENTITY,
         lean=("softmax_sum_one",),
         paper="Prop. 3.12",
         label=THEOREM,
@@ -494,6 +495,7 @@ CHECKS = (
     ),
     Check(
         name="softmax_shift",
+        statement=IDENTITY,
         lean=("softmax_shift",),
         paper="Prop. 3.12 / Prop. 5.2(iii)",
         label=THEOREM,
@@ -518,6 +520,7 @@ CHECKS = (
     ),
     Check(
         name="softmax_eq_iff_shift",
+        statement=IDENTITY,
         lean=("softmax_eq_iff_shift",),
         paper="Prop. 5.2(iii) row level",
         label=THEOREM,
@@ -566,6 +569,7 @@ CHECKS = (
     ),
     Check(
         name="maskedSoftmax_eq_zero",
+        statement=IDENTITY,
         lean=("maskedSoftmax_eq_zero",),
         paper="Prop. 3.12",
         label=THEOREM,
@@ -579,6 +583,7 @@ CHECKS = (
     ),
     Check(
         name="maskedSoftmax_sum_one",
+        statement=IDENTITY,
         lean=("maskedSoftmax_sum_one",),
         paper="Prop. 3.12",
         label=THEOREM,
@@ -591,6 +596,7 @@ CHECKS = (
     ),
     Check(
         name="maskedSoftmax_shift",
+        statement=IDENTITY,
         lean=("maskedSoftmax_shift",),
         paper="Prop. 5.2(iii)",
         label=THEOREM,
@@ -603,6 +609,7 @@ CHECKS = (
     ),
     Check(
         name="maskedSoftmax_eq_iff_shift",
+        statement=IDENTITY,
         lean=("maskedSoftmax_eq_iff_shift",),
         paper="Prop. 5.2(iii) causal-support form",
         label=THEOREM,

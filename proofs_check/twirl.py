@@ -16,7 +16,17 @@ from pldr_ref.density import density_operator
 from pldr_ref.rope import apply_rope
 from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property, trials
 from proofs_check.real_data import REAL_D_K, real_g_lm
-from proofs_check.registry import CONDITIONAL, HYPOTHESIS, MONTE_CARLO, MPMATH, REAL_G_LM, SYMPY, THEOREM, Check
+from proofs_check.registry import (
+    CONDITIONAL,
+    HYPOTHESIS,
+    IDENTITY,
+    MONTE_CARLO,
+    MPMATH,
+    REAL_G_LM,
+    SYMPY,
+    THEOREM,
+    Check,
+)
 from proofs_check.rounding import UNIT_ROUNDOFF, gamma
 from proofs_check.strategies import MAX_D, reals
 from proofs_check.torus import (
@@ -365,6 +375,7 @@ CHECKS = (
     ),
     Check(
         name="sympy_twirl_multiplier",
+        statement=IDENTITY,
         lean=("geom_orbit_bound", "norm_one_sub_exp"),
         paper="Lem. 5.9",
         label=THEOREM,
