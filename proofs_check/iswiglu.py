@@ -14,7 +14,14 @@ from pldr_ref.constants import EPS_ADJ
 from pldr_ref.plga import metric_tensor
 from proofs_check.models import tiny_forward
 from proofs_check.mutants import patched
-from proofs_check.profiles import expect_counterexample, expect_violation, run_property
+from proofs_check.profiles import (
+    expect_counterexample,
+    expect_violation,
+    record_lower,
+    record_margin,
+    record_ratio,
+    run_property,
+)
 from proofs_check.real_data import REAL_D_K, real_g_lm
 from proofs_check.registry import EXACT_FLOAT, HYPOTHESIS, MPMATH, REAL_G_LM, THEOREM, Check
 from proofs_check.rounding import SUBNORMAL_FLOOR, UNIT_ROUNDOFF
@@ -34,7 +41,8 @@ def _mp_sigmoid(u: float) -> mpmath.mpf:
 
 
 def sigmoid_pos_run(profile: str) -> str:
-    """sigma(u) > 0 (mpmath, any u) and pldr_ref ``sigmoid`` > 0 on u >= -700, >= 0 everywhere, rel err <= 4u."""
+    """sigma(u) > 0 (mpmath, any u) and pldr_ref ``sigmoid`` > 0 on u >= -700, >= 0 everywhere, rel err <= 4u.
+    Sharpness: min sigmoid(u) on the float domain (natural scale 1, the sup of sigma)."""
 
     def prop(u: float) -> None:
         with mpmath.workdps(MP_DPS):
@@ -44,6 +52,7 @@ def sigmoid_pos_run(profile: str) -> str:
             assert got >= 0.0
             if u >= SIGMOID_POS_FLOOR:
                 assert got > 0.0, u
+                record_margin(got)
                 assert abs(got - float(exact)) <= 4 * UNIT_ROUNDOFF * float(exact), (u, got)
 
     return run_property(profile, prop, reals(-1e4, 1e4))
@@ -59,13 +68,16 @@ def sigmoid_pos_control(profile: str) -> str:
 
 
 def sigmoid_lt_one_run(profile: str) -> str:
-    """sigma(u) < 1 in mpmath (60 digits, u <= 100) and pldr_ref ``sigmoid`` < 1 for u <= 36."""
+    """sigma(u) < 1 in mpmath (60 digits, u <= 100) and pldr_ref ``sigmoid`` < 1 for u <= 36.
+    Sharpness: largest float sigmoid(v) / 1."""
 
     def prop(u: float) -> None:
         with mpmath.workdps(MP_DPS):
             assert _mp_sigmoid(u) < 1
         v = min(u, SIGMOID_LT_ONE_CEIL)  # the float statement on its domain u <= 36
-        assert float(sigmoid(np.array(v))) < 1.0, v
+        got = float(sigmoid(np.array(v)))
+        assert got < 1.0, v
+        record_ratio(got, 1.0)
 
     return run_property(profile, prop, reals(-1e3, 100.0))
 
@@ -85,11 +97,14 @@ def _iswiglu_nonneg_prop(u: float) -> None:
 
 def iswiglu_nonneg_run(profile: str) -> str:
     """iSwiGLU(u) >= 0 exactly in float64 for |u| <= 1e150 (u^2 overflows beyond 1e154); oracle: the operator is
-    the Lean definition u^2 sigma(u) (mpmath, 60 digits) within 8u relative + one subnormal."""
+    the Lean definition u^2 sigma(u) (mpmath, 60 digits) within 8u relative + one subnormal.
+    Sharpness: min iSwiGLU(u) / u^2 (natural scale u^2 = iSwiGLU's sup-ratio; 0 where sigma underflows)."""
 
     def prop(u: float) -> None:
         _iswiglu_nonneg_prop(u)
         got = float(iswiglu(np.array(u)))
+        if u != 0.0 and u * u < np.inf:
+            record_margin(got, u * u)
         with mpmath.workdps(MP_DPS):
             exact = mpmath.mpf(u) ** 2 * _mp_sigmoid(u)
             if u < SIGMOID_OVERFLOW_EDGE:
@@ -110,13 +125,16 @@ def iswiglu_nonneg_control(profile: str) -> str:
 
 
 def iswiglu_pos_run(profile: str) -> str:
-    """u != 0 => iSwiGLU(u) > 0: mpmath for any u, float64 on 1e-100 <= |u| <= 700."""
+    """u != 0 => iSwiGLU(u) > 0: mpmath for any u, float64 on 1e-100 <= |u| <= 700.
+    Sharpness: min iSwiGLU(u) / u^2 = min sigma(u) (natural scale u^2)."""
 
     def prop(mag: float, negative: bool) -> None:
         u = -mag if negative else mag
         with mpmath.workdps(MP_DPS):
             assert mpmath.mpf(u) ** 2 * _mp_sigmoid(u) > 0
-        assert float(iswiglu(np.array(u))) > 0.0, u
+        got = float(iswiglu(np.array(u)))
+        assert got > 0.0, u
+        record_margin(got, u * u)
 
     from hypothesis import strategies as st
 
@@ -136,10 +154,15 @@ def _metric_identity_w(m: np.ndarray, eps: float) -> np.ndarray:
 
 
 def metric_entry_ge_run(profile: str) -> str:
-    """eps <= iSwiGLU(M_ij) + eps for any eps sign, exact float comparison (rounding is monotone)."""
+    """eps <= iSwiGLU(M_ij) + eps for any eps sign, exact float comparison (rounding is monotone).
+    Sharpness (lower bound lhs >= rhs): largest (eps + |eps| + 1) / (min A_LM + |eps| + 1), both sides shifted
+    by |eps| + 1 so they are positive for either sign of eps (1 = an entry sits on the floor)."""
 
     def prop(m: np.ndarray, eps: float) -> None:
-        assert np.all(_metric_identity_w(m, eps) >= eps)
+        a_lm = _metric_identity_w(m, eps)
+        assert np.all(a_lm >= eps)
+        shift = abs(eps) + 1.0
+        record_lower(float(a_lm.min()) + shift, eps + shift)
 
     return run_property(profile, prop, square_matrices(1, 6, -1e3, 1e3), reals(-10.0, 10.0))
 
@@ -157,12 +180,15 @@ def metric_entry_ge_control(profile: str) -> str:
 
 def metric_entry_pos_run(profile: str) -> str:
     """eps > 0 => A_LM > 0 strictly, also where iSwiGLU underflows to 0 (eps = 1e-9 and float32(1e-9)),
-    and on the A_LM of a real tiny-model forward pass."""
+    and on the A_LM of a real tiny-model forward pass.  Sharpness: min A_LM / eps (natural scale eps, the floor;
+    1 = an entry sits on it, reached where iSwiGLU underflows)."""
     eps_values = (EPS_ADJ, float(np.float32(EPS_ADJ)))
 
     def prop(m: np.ndarray) -> None:
         for eps in eps_values:
-            assert np.all(_metric_identity_w(m, eps) > 0.0)
+            a_lm = _metric_identity_w(m, eps)
+            assert np.all(a_lm > 0.0)
+            record_margin(float(a_lm.min()), eps)
 
     detail = run_property(profile, prop, square_matrices(1, 6, -1e4, 1e4))
     underflow = _metric_identity_w(np.full((3, 3), -800.0), EPS_ADJ)
@@ -198,7 +224,8 @@ def perron_structure(a: np.ndarray) -> tuple[float, float, float, float]:
 def perron_run(profile: str) -> str:
     """A_LM > 0 => rho(A_LM) is a simple positive eigenvalue with positive left/right eigenvectors and every other
     |lambda| < rho: on A_LM = metric_tensor(...) of random inputs and on every head of a real forward pass.
-    Float form: the dominant eigenvalue is real positive (|Im| <= 1e-12 rho), eigenvector entries > 0."""
+    Float form: the dominant eigenvalue is real positive (|Im| <= 1e-12 rho), eigenvector entries > 0.
+    Sharpness: min over heads of (relative spectral gap, min Perron vector entry / max entry) (scale 1)."""
 
     def prop(seed: int, d: int) -> None:
         rng = np.random.default_rng(seed)
@@ -206,6 +233,7 @@ def perron_run(profile: str) -> str:
         a_lm = metric_tensor(a, rng.normal(size=(1, d, d)), rng.normal(size=(1, d, d)))[0, 0]
         _, gap, vmin, wmin = perron_structure(a_lm)
         assert gap > 0 and vmin > 0 and wmin > 0
+        record_margin(min(gap, vmin, wmin))
 
     detail = run_property(profile, prop, seeds(), st.integers(1, 12))
     gaps = []
@@ -213,6 +241,7 @@ def perron_run(profile: str) -> str:
         for a_lm in layer.A_LM.reshape(-1, *layer.A_LM.shape[-2:]):
             _, gap, vmin, wmin = perron_structure(a_lm)
             assert gap > 0 and vmin > 0 and wmin > 0
+            record_margin(min(gap, vmin, wmin))
             gaps.append(gap)
     return detail + f"; forward A_LM heads: min relative spectral gap {min(gaps):.3f}"
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from pldr_ref.attention import MASK_MODES, apply_mask, masked_softmax, mix_values
-from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property
+from proofs_check.profiles import expect_counterexample, expect_violation, record_margin, record_ratio, run_property
 from proofs_check.registry import HYPOTHESIS, IDENTITY, MEASUREMENT, MPMATH, THEOREM, Check
 from proofs_check.rounding import UNIT_ROUNDOFF, gamma
 from proofs_check.strategies import reals, rows_with_support, vectors
@@ -70,13 +70,15 @@ def operator_denominator(x: np.ndarray) -> tuple[np.ndarray, float]:
 
 def denom_pos_run(profile: str) -> str:
     """[n>=1] sum_j e^{x_j} > 0: mpmath for any spread; the denominator the real ``masked_softmax`` evaluates
-    (sum_j e^{x_j - max}) is >= 1 (the max term is e^0) and finite, and its max weight is >= 1/n."""
+    (sum_j e^{x_j - max}) is >= 1 (the max term is e^0) and finite, and its max weight is >= 1/n.
+    Sharpness: min operator denominator / 1 (natural scale: its max term e^0; 1 = one term dominates)."""
 
     def prop(x: np.ndarray) -> None:
         with mpmath.workdps(MP_DPS):
             assert mpmath.fsum(mpmath.exp(mpmath.mpf(v)) for v in x) > 0
         p, z = operator_denominator(x)
         assert 1.0 <= z <= x.size and np.isfinite(z)
+        record_margin(z)
         assert np.all(np.isfinite(p)) and p.max() >= (1.0 - gamma(x.size + 4)) / x.size
 
     return run_property(profile, prop, vectors(1, 12, -1e4, 1e4))
@@ -91,14 +93,17 @@ def denom_pos_control(profile: str) -> str:
 
 
 def softmax_pos_run(profile: str) -> str:
-    """[n>=1] softmax(x)_i > 0: float64 for spread < 700, mpmath for spreads up to 2e4."""
+    """[n>=1] softmax(x)_i > 0: float64 for spread < 700, mpmath for spreads up to 2e4.
+    Sharpness: min float weight / (1/n) (natural scale: the uniform weight)."""
 
     def prop(x: np.ndarray) -> None:
         with mpmath.workdps(MP_DPS):
             e = [mpmath.exp(mpmath.mpf(v)) for v in x]
             assert all(v / mpmath.fsum(e) > 0 for v in e)
         narrow = np.maximum(x, x.max() - (FLOAT_SPREAD - 1.0))  # the same row with its spread cut below 700
-        assert np.all(softmax(narrow) > 0.0)
+        p = softmax(narrow)
+        assert np.all(p > 0.0)
+        record_margin(float(p.min()), 1.0 / x.size)
 
     return run_property(profile, prop, vectors(1, 12, -1e4, 1e4))
 
@@ -193,18 +198,21 @@ def eq_iff_shift_run(profile: str) -> str:
 
 
 def masked_denom_pos_run(profile: str) -> str:
-    """J nonempty => the masked denominator is positive: finite row summing to 1 (ideal mask)."""
+    """J nonempty => the masked denominator is positive: finite row summing to 1 (ideal mask).
+    Sharpness: min denominator sum_J e^{x_j - max} = 1 / max weight (natural scale: its max term e^0 = 1)."""
 
     def prop(row: tuple[np.ndarray, np.ndarray]) -> None:
         x, allowed = row
         p = masked(x, allowed)
         assert np.all(np.isfinite(p)) and abs(p.sum() - 1.0) <= gamma(x.size + 4)
+        record_margin(1.0 / float(p.max()))
 
     return run_property(profile, prop, rows_with_support(lo=-1e3, hi=1e3))
 
 
 def masked_nonneg_run(profile: str) -> str:
-    """J nonempty => maskedSoftmax(J, x)_i >= 0 exactly, in every mask mode (ideal, additive, finfo_min)."""
+    """J nonempty => maskedSoftmax(J, x)_i >= 0 exactly, in every mask mode (ideal, additive, finfo_min).
+    Sharpness: min weight / (1/n) (natural scale: the uniform weight; 0 = a masked weight sits on the bound)."""
 
     return run_property(profile, _masked_nonneg_prop, rows_with_support(lo=-1e3, hi=1e3))
 
@@ -212,7 +220,9 @@ def masked_nonneg_run(profile: str) -> str:
 def _masked_nonneg_prop(row: tuple[np.ndarray, np.ndarray]) -> None:
     x, allowed = row
     for mode in MASK_MODES:
-        assert np.all(masked(x, allowed, mode) >= 0.0), f"negative or NaN weight ({mode})"
+        p = masked(x, allowed, mode)
+        assert np.all(p >= 0.0), f"negative or NaN weight ({mode})"
+        record_margin(float(p.min()), 1.0 / x.size)
 
 
 def masked_nonneg_control(profile: str) -> str:
@@ -226,11 +236,14 @@ def masked_nonneg_control(profile: str) -> str:
 
 
 def masked_pos_run(profile: str) -> str:
-    """J nonempty, i in J => weight > 0 (float, spread on J < 700)."""
+    """J nonempty, i in J => weight > 0 (float, spread on J < 700).
+    Sharpness: min weight on J / (1/|J|) (natural scale: the uniform weight on J)."""
 
     def prop(row: tuple[np.ndarray, np.ndarray]) -> None:
         x, allowed = row
-        assert np.all(masked(x, allowed)[allowed] > 0.0)
+        p = masked(x, allowed)[allowed]
+        assert np.all(p > 0.0)
+        record_margin(float(p.min()), 1.0 / p.size)
 
     return run_property(profile, prop, rows_with_support(lo=-300.0, hi=300.0))
 
