@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from pldr_ref.density import density_operator
 from pldr_ref.plga import metric_tensor
-from proofs_check.profiles import expect_counterexample, expect_violation, run_property
+from proofs_check.profiles import expect_counterexample, expect_violation, record_margin, record_ratio, run_property
 from proofs_check.real_data import real_g_lm
 from proofs_check.registry import HYPOTHESIS, IDENTITY, REAL_G_LM, SYMPY, THEOREM, Check
 from proofs_check.rounding import SUBNORMAL_FLOOR, gamma
@@ -51,10 +51,15 @@ def is_symm_control(profile: str) -> str:
 
 
 def psd_run(profile: str) -> str:
-    """min eig(D) >= -(gamma(S) + 4 gamma(d_k)) ||Q||_2^2."""
+    """min eig(D) >= -(gamma(S) + 4 gamma(d_k)) ||Q||_2^2.  Sharpness: min eig(D) / ||Q||_2^2 (natural scale: the
+    largest eigenvalue; ~0, or a rounding-level negative within the slack, when S < d_k makes D singular)."""
 
     def prop(q: np.ndarray) -> None:
-        assert np.linalg.eigvalsh(gram(q)).min() >= -psd_slack(q)
+        lam = np.linalg.eigvalsh(gram(q)).min()
+        assert lam >= -psd_slack(q)
+        scale = np.linalg.norm(q, 2) ** 2
+        if scale > 0:
+            record_margin(lam, scale)
 
     return run_property(profile, prop, matrices(1, 10, 1, 8, -10.0, 10.0))
 
@@ -71,7 +76,8 @@ def psd_control(profile: str) -> str:
 
 
 def quadratic_run(profile: str) -> str:
-    """v^T D v = ||Q v||^2 >= 0 within 2 gamma(S + d_k) ||Q||_F^2 ||v||^2."""
+    """v^T D v = ||Q v||^2 >= 0 within 2 gamma(S + d_k) ||Q||_F^2 ||v||^2.  Sharpness: min v^T D v /
+    (||Q||_F^2 ||v||^2) (natural scale: the Cauchy-Schwarz bound of the form)."""
 
     def prop(q: np.ndarray, seed: int) -> None:
         v = np.random.default_rng(seed).normal(size=q.shape[1])
@@ -80,6 +86,9 @@ def quadratic_run(profile: str) -> str:
         # + a subnormal floor: tiny Q squares into the subnormal range, where only absolute bounds hold
         tol = 2 * gamma(sum(q.shape)) * np.sum(q**2) * np.sum(v**2) + SUBNORMAL_FLOOR * q.size * (1 + np.sum(v**2))
         assert abs(lhs - rhs) <= tol and lhs >= -tol
+        scale = np.sum(q**2) * np.sum(v**2)
+        if scale > 0:
+            record_margin(lhs, scale)
 
     return run_property(profile, prop, matrices(1, 10, 1, 8, -10.0, 10.0), seeds())
 
@@ -123,7 +132,8 @@ def rank_control(profile: str) -> str:
 
 
 def rank_le_run(profile: str) -> str:
-    """rank(D) <= min(S, d_k), with Q = the first S rows of every real G_LM head (S in 1, 8, 32; d_k = 64)."""
+    """rank(D) <= min(S, d_k), with Q = the first S rows of every real G_LM head (S in 1, 8, 32; d_k = 64).
+    Sharpness: max numerical rank / min(S, d_k)."""
     g = real_g_lm()
     counts = []
     for s in (1, 8, 32):
@@ -133,6 +143,7 @@ def rank_le_run(profile: str) -> str:
         tol = 64 * gamma(s + 64) * sv[..., :1]
         ranks = np.sum(sv > tol, axis=-1)
         assert np.all(ranks <= min(s, 64)), (s, ranks.max())
+        record_ratio(ranks.max(), min(s, 64))
         counts.append(int(ranks.max()))
     return f"70 real heads; max numerical rank for S = 1, 8, 32: {counts}"
 

@@ -94,12 +94,15 @@ def apply_control(profile: str) -> str:
 
 
 def rank_le_one_run(profile: str) -> str:
-    """rank(1 alpha^T) <= 1: sympy exactly (rational alpha) and numpy on learned row clones."""
+    """rank(1 alpha^T) <= 1: sympy exactly (rational alpha) and numpy on learned row clones.
+    Sharpness: max rank / 1."""
 
     def prop(r: np.ndarray, gain: np.ndarray, ints: list[int]) -> None:
-        assert np.linalg.matrix_rank(learned_row_clone(r, gain)) <= 1
+        rank = np.linalg.matrix_rank(learned_row_clone(r, gain))
+        assert rank <= 1
         m = sympy.ones(len(ints), 1) * sympy.Matrix([[sympy.Rational(i, 7) for i in ints]])
         assert m.rank() <= 1
+        record_ratio(max(rank, m.rank()), 1)
 
     return run_property(profile, prop, ROWS, GAINS, st.lists(st.integers(-9, 9), min_size=1, max_size=6))
 
@@ -300,14 +303,17 @@ def sv_bound_holds(m: np.ndarray, alpha: np.ndarray, delta: float) -> tuple[bool
 def sv_perturbation_run(profile: str) -> str:
     """A' = 1 alpha^T + Delta, ||Delta||_2 <= delta => sigma_j(A') <= delta (j >= 2) and |det A'| <=
     (sqrt(d) ||alpha||_2 + delta) delta^(d-1): random alpha, Delta, and all 70 real G_LM heads with alpha = the
-    mean row (any alpha is allowed) and delta = ||G - 1 alpha^T||_2."""
+    mean row (any alpha is allowed) and delta = ||G - 1 alpha^T||_2.  Sharpness: max sigma_2(A') / delta."""
 
     def prop(seed: int, d: int, scale: float) -> None:
         rng = np.random.default_rng(seed)
         alpha = rng.normal(size=d)
         delta_m = scale * rng.normal(size=(d, d))
         m = np.ones((d, 1)) * alpha + delta_m
-        assert all(sv_bound_holds(m, alpha, float(np.linalg.norm(delta_m, 2))))
+        delta = float(np.linalg.norm(delta_m, 2))
+        assert all(sv_bound_holds(m, alpha, delta))
+        if d >= 2:
+            record_ratio(float(np.linalg.svd(m, compute_uv=False)[1]), delta)
 
     detail = run_property(profile, prop, seeds(), st.integers(1, 10), st.sampled_from([1e-8, 1e-3, 0.1, 10.0]))
     worst = 0.0
@@ -316,6 +322,7 @@ def sv_perturbation_run(profile: str) -> str:
         delta = float(np.linalg.norm(g - np.ones((REAL_D_K, 1)) * alpha, 2))
         assert all(sv_bound_holds(g, alpha, delta))
         worst = max(worst, float(np.linalg.svd(g, compute_uv=False)[1] / delta))
+    record_ratio(worst)
     return detail + f"; real G_LM: max sigma_2 / delta = {worst:.3f}"
 
 
