@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from pldr_ref.constants import EPS_LN
 from pldr_ref.norms import layer_norm
-from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property
+from proofs_check.profiles import expect_counterexample, expect_violation, record_margin, record_ratio, run_property
 from proofs_check.registry import HYPOTHESIS, IDENTITY, MPMATH, SYMPY, THEOREM, Check
 from proofs_check.rounding import SUBNORMAL_FLOOR, UNIT_ROUNDOFF, gamma
 from proofs_check.strategies import MAX_D, reals, seeds, vectors
@@ -110,10 +110,13 @@ def _empty_row_reductions() -> tuple[float, float]:
 
 
 def var_nonneg_run(profile: str) -> str:
-    """rowVar(r) >= 0 exactly (a mean of squares), also for nearly constant rows with a huge offset."""
+    """rowVar(r) >= 0 exactly (a mean of squares), also for nearly constant rows with a huge offset.
+    Sharpness: min rowVar(x) / mean(x^2) (natural scale: the mean square, which bounds the variance)."""
 
     def prop(r: np.ndarray, offset: float) -> None:
         assert row_var(r) >= 0.0 and row_var(r + offset) >= 0.0
+        for x in (r, r + offset):
+            record_margin(row_var(x), float(np.mean(x * x)))
         assert_definitions(r)
 
     return run_property(profile, prop, vectors(1, 16, -10.0, 10.0), reals(-1e12, 1e12))
@@ -383,7 +386,8 @@ def scale_error_control(profile: str) -> str:
 def ln_range_run(profile: str) -> str:
     """(iii) every output row is gamma o u + beta with 1^T u = 0 and ||u||_2 <= sqrt(d); u is layer_norm with
     gamma = 1, beta = 0.  Float slack on 1^T u: the rounding of the mean, d * 2 gamma(d+2) ||x||_inf, survives
-    centring and is amplified by 1/sqrt(v + eps) (up to 1e3 for nearly constant rows)."""
+    centring and is amplified by 1/sqrt(v + eps) (up to 1e3 for nearly constant rows).  Sharpness: max
+    ||u||_2 / sqrt(d) (the mean-zero part is an identity)."""
 
     def prop(r: np.ndarray, log_scale: float) -> None:
         x = r * 10.0**log_scale
@@ -394,6 +398,7 @@ def ln_range_run(profile: str) -> str:
                + (d + 2) * SUBNORMAL_FLOOR) / scale
         assert abs(u.sum()) <= tol + gamma(d) * np.abs(u).sum()
         assert np.linalg.norm(u) <= np.sqrt(d) * (1 + gamma(2 * d + 6))
+        record_ratio(float(np.linalg.norm(u)), np.sqrt(d))
 
     return run_property(profile, prop, vectors(1, 32, -10.0, 10.0), reals(-8.0, 8.0))
 
@@ -417,7 +422,8 @@ def ln_jacobian(r: np.ndarray, gain: np.ndarray, eps: float = EPS_LN) -> np.ndar
 def lipschitz_run(profile: str) -> str:
     """(iv) the exact Jacobian factorization matches central differences of the real layer_norm (rel 1e-5),
     ||J||_2 <= ||gamma||_inf / sqrt(v + eps), and on pairs of rows both with variance >= v0 (a non-convex set):
-    ||LN(r1) - LN(r2)|| <= ||gamma||_inf / sqrt(v0 + eps) ||r1 - r2|| (radial argument)."""
+    ||LN(r1) - LN(r2)|| <= ||gamma||_inf / sqrt(v0 + eps) ||r1 - r2|| (radial argument).  Sharpness: max of
+    ||J||_2 / its bound and of ||LN(r1) - LN(r2)|| / (its Lipschitz bound times ||r1 - r2||)."""
 
     def prop(seed: int, d: int, log_scale: float) -> None:
         rng = np.random.default_rng(seed)
@@ -432,11 +438,13 @@ def lipschitz_run(profile: str) -> str:
         assert np.abs(fd - jac).max() <= 1e-5 * np.abs(jac).max() + floor
         bound = np.abs(g).max() / np.sqrt(_row_var(r) + EPS_LN)
         assert np.linalg.norm(jac, 2) <= bound * (1 + gamma(4 * d))
+        record_ratio(float(np.linalg.norm(jac, 2)), bound)
         r2 = rng.normal(size=d) * 10.0 ** (log_scale + rng.uniform(-1, 1))
         v0 = min(_row_var(r), _row_var(r2))
         lip = np.abs(g).max() / np.sqrt(v0 + EPS_LN)
         diff = np.linalg.norm(layer_norm(r, g, b, EPS_LN) - layer_norm(r2, g, b, EPS_LN))
         assert diff <= lip * np.linalg.norm(r - r2) * (1 + gamma(4 * d)) + 8 * UNIT_ROUNDOFF * np.abs(b).max()
+        record_ratio(diff, lip * np.linalg.norm(r - r2))
 
     return run_property(profile, prop, seeds(), st.integers(2, 16), reals(-3.5, 1.0))
 
