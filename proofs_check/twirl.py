@@ -182,7 +182,8 @@ def twirl_components(m: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray, np.
 def twirl_matrix_run(profile: str) -> str:
     """||T_S(M) - Pi(M)||_F <= (C_Theta / S) ||M - Pi(M)||_F, and frequency-resolved: every eigenbasis entry of
     T_S(M) - Pi(M) has modulus mult(w_j - w_k, S) |M~_jk| (atol 1e-12 ||M||_F), zero at zero frequency; on real
-    G_LM heads (d_k = 64, interleaved, base 1e4) for S in (1, 16, 64[, 256, 1024])."""
+    G_LM heads (d_k = 64, interleaved, base 1e4) for S in (1, 16, 64[, 256, 1024]).  Sharpness: max
+    ||T_S M - Pi M||_F / ((C_Theta / S) ||M - Pi M||_F)."""
     heads = real_g_lm().reshape(-1, REAL_D_K, REAL_D_K)
     lengths = (1, 16, 64) if profile == "ci" else (1, 16, 64, 256, 1024)
     heads = heads[:: 14] if profile == "ci" else heads
@@ -196,6 +197,7 @@ def twirl_matrix_run(profile: str) -> str:
         dist = np.linalg.norm(twirl_average(heads, s, REAL_D_K) - commutant_projection(heads), axis=(-2, -1))
         off = np.linalg.norm(heads - commutant_projection(heads), axis=(-2, -1))
         assert np.all(dist <= c / s * off * (1 + 1e-12))
+        record_ratio(float(np.max(dist / off)), c / s)
         worst[s] = float(np.max(dist / off))
     return f"{len(heads)} real heads; max ||T_S M - Pi M|| / ||M - Pi M|| by S: " + ", ".join(
         f"{s}: {v:.3f}" for s, v in worst.items()) + f"; C_Theta = {c:.4e}"
@@ -248,14 +250,18 @@ def fluctuation_norms(pop: np.ndarray, sigma: np.ndarray, draws: np.ndarray) -> 
 def bernstein_run(profile: str) -> str:
     """Monte Carlo (conditional theorem: independent q_n, ||q_n|| <= B_q, common Sigma): summand bound
     ||R_n(q q^T - Sigma)R_n^T||_2 <= B_q^2; variance proxy ||E (qq^T - Sigma)^2||_2 <= B_q^4; empirical tail
-    P(||X||_2 >= t) <= bound(t) + 4 sqrt(bound/T) + 4/T on every t where the bound is below 1."""
+    P(||X||_2 >= t) <= bound(t) + 4 sqrt(bound/T) + 4/T on every t where the bound is below 1.  Sharpness: max of
+    summand norm / B_q^2, variance proxy / B_q^4 and empirical tail / its tested bound."""
     rng = np.random.default_rng(510)
     d, s = BERNSTEIN_D_K, BERNSTEIN_S
     pop, sigma, b_q = _bernstein_population(rng, 32, d)
     summands = pop[:, :, None] * pop[:, None, :] - sigma
-    assert np.all(np.linalg.norm(summands, ord=2, axis=(-2, -1)) <= b_q**2 * (1 + 8 * UNIT_ROUNDOFF))
+    summand_norms = np.linalg.norm(summands, ord=2, axis=(-2, -1))
+    assert np.all(summand_norms <= b_q**2 * (1 + 8 * UNIT_ROUNDOFF))
+    record_ratio(float(summand_norms.max()), b_q**2)
     var = np.linalg.norm(np.mean(summands @ summands, axis=0), 2)
     assert var <= b_q**4
+    record_ratio(float(var), b_q**4)
     n_trials = trials(profile, ci=400, thorough=4000)
     norms = fluctuation_norms(pop, sigma, rng.integers(0, len(pop), size=(n_trials, s)))
     ts = np.linspace(0.05, 3.0, 60) * b_q**2
@@ -263,7 +269,9 @@ def bernstein_run(profile: str) -> str:
     emp = np.array([np.mean(norms >= t) for t in ts])
     live = bound < 1
     assert np.any(live)
-    assert np.all(emp[live] <= bound[live] + 4 * np.sqrt(bound[live] / n_trials) + 4 / n_trials)
+    tested = bound[live] + 4 * np.sqrt(bound[live] / n_trials) + 4 / n_trials
+    assert np.all(emp[live] <= tested)
+    record_ratio(float(np.max(emp[live] / tested)))
     t_star = float(ts[live][0])
     return (f"{n_trials} trials, S = {s}, d_k = {d}, B_q^2 = {b_q**2:.2f}; first non-vacuous t = {t_star:.2f} "
             f"(bound {bound[live][0]:.3f}, empirical {emp[live][0]:.4f}); median ||X|| = {np.median(norms):.3f}")
@@ -323,6 +331,7 @@ _EX = ("pldr_ref.rope.rope_frequencies", "pldr_ref.rope.apply_rope")
 CHECKS = (
     Check(
         name="norm_one_sub_exp",
+        statement=IDENTITY,
         lean=("norm_one_sub_exp",),
         paper="Lem. 5.9",
         label=THEOREM,
