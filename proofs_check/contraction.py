@@ -112,7 +112,8 @@ def iterate_control(profile: str) -> str:
 def composition_run(profile: str) -> str:
     """diam(u_N o ... o u_1 (S)) <= (prod_j L_j) diam(S) for N distinct maps u_j = layer_norm(linear(., W_j, b_j))
     with L_j = ||W_j||_2 ||gamma_j||_inf / sqrt(v0_j + eps) (v0_j the variance floor of the stage input cloud),
-    and every output lies within (prod L_j) diam(S) of phi(r0) (Prop. 5.12(ii) centre)."""
+    and every output lies within (prod L_j) diam(S) of phi(r0) (Prop. 5.12(ii) centre).  Sharpness: max
+    diam(output) / ((prod L_j) diam(S))."""
 
     def prop(seed: int, n_maps: int, dim: int) -> None:
         rng = np.random.default_rng(seed)
@@ -126,6 +127,7 @@ def composition_run(profile: str) -> str:
             x = layer_norm(y, g, beta, EPS_LN)
         slack = 1 + 8 * n_maps * gamma(dim + 8)
         assert diameter(x) <= lip * diameter(s) * slack + 1e-12
+        record_ratio(diameter(x), lip * diameter(s))
         assert np.max(np.linalg.norm(x - x[0], axis=1)) <= lip * diameter(s) * slack + 1e-12
 
     return run_property(profile, prop, seeds(), st.integers(1, 5), st.integers(2, 8))

@@ -13,7 +13,14 @@ from pldr_ref.constants import EPS_ADJ
 from pldr_ref.dag import dag_loss, hadamard_square, notears_h
 from pldr_ref.plga import metric_tensor
 from proofs_check.models import tiny_forward
-from proofs_check.profiles import expect_counterexample, expect_violation, record_ratio, run_property
+from proofs_check.profiles import (
+    expect_counterexample,
+    expect_violation,
+    record_lower,
+    record_margin,
+    record_ratio,
+    run_property,
+)
 from proofs_check.registry import EXACT_FLOAT, HYPOTHESIS, MPMATH, THEOREM, Check
 from proofs_check.rounding import gamma
 from proofs_check.strategies import seeds, square_matrices
@@ -22,11 +29,15 @@ MP_DPS = 40
 
 
 def pow_nonneg_run(profile: str) -> str:
-    """N = M o M >= 0 => (N^k)_ij >= 0 exactly (k = 0..8), also for N = A_LM of a real forward pass."""
+    """N = M o M >= 0 => (N^k)_ij >= 0 exactly (k = 0..8), also for N = A_LM of a real forward pass.
+    Sharpness: min entry of N^k / max entry (natural scale; 0 = a zero walk weight, allowed)."""
 
     def prop(m: np.ndarray, k: int) -> None:
         n = hadamard_square(m)
-        assert np.all(np.linalg.matrix_power(n, k) >= 0.0)
+        nk = np.linalg.matrix_power(n, k)
+        assert np.all(nk >= 0.0)
+        if nk.max() > 0:
+            record_margin(float(nk.min()), float(nk.max()))
 
     detail = run_property(profile, prop, square_matrices(1, 6, -3.0, 3.0), st.integers(0, 8))
     for layer in tiny_forward().layers:
@@ -44,10 +55,14 @@ def pow_nonneg_control(profile: str) -> str:
 
 
 def trace_pow_run(profile: str) -> str:
-    """N >= 0 => tr(N^k) >= 0 exactly."""
+    """N >= 0 => tr(N^k) >= 0 exactly.  Sharpness: min tr(N^k) / sum of the entries of N^k (natural scale: the
+    trace is part of that sum; 0 = no closed walk)."""
 
     def prop(m: np.ndarray, k: int) -> None:
-        assert np.trace(np.linalg.matrix_power(hadamard_square(m), k)) >= 0.0
+        nk = np.linalg.matrix_power(hadamard_square(m), k)
+        assert np.trace(nk) >= 0.0
+        if nk.sum() > 0:
+            record_margin(float(np.trace(nk)), float(nk.sum()))
 
     return run_property(profile, prop, square_matrices(1, 6, -3.0, 3.0), st.integers(0, 8))
 
@@ -66,12 +81,14 @@ NEGATIVE_H_EXAMPLE_EXACT = 7.0e-18
 def trace_exp_ge_card_run(profile: str) -> str:
     """tr e^N >= d: pldr_ref h(M) = tr e^{M o M} - d >= 0 exactly (nonnegative scaling and squaring);
     D(M) >= 0 (so |.| in D is redundant); scipy tr expm(N) >= d (1 - gamma(4d)); an acyclic (strictly upper
-    triangular) M gives h = 0 and D = 0 exactly; the recorded nearly acyclic example matches mpmath to 1e-12."""
+    triangular) M gives h = 0 and D = 0 exactly; the recorded nearly acyclic example matches mpmath to 1e-12.
+    Sharpness (lower bound): max d / (d + h) = d / tr e^N (1 = attained, as on acyclic M)."""
 
     def prop(m: np.ndarray) -> None:
         d = m.shape[0]
         h = float(notears_h(m))
         assert h >= 0.0 and dag_loss(m) >= 0.0
+        record_lower(d + h, d)
         assert np.trace(scipy.linalg.expm(hadamard_square(m))) >= d * (1 - gamma(4 * d))
         upper = np.triu(m, 1)
         assert notears_h(upper) == 0.0 and dag_loss(upper) == 0.0
@@ -113,7 +130,8 @@ def trace_exp_card_trace_control(profile: str) -> str:
 def diag_bound_run(profile: str) -> str:
     """N >= 0, N_ii >= eps => tr e^N >= d + d eps: with M = A_LM (real metric_tensor, entries >= eps_adj) and
     N = M o M, pldr_ref h(M) >= d eps_adj^2 (1 - gamma(4d)) and D(M) >= log1p(eps_adj^2) (1 - gamma(4d)); the
-    positivity obstruction is checked against mpmath expm at 40 digits."""
+    positivity obstruction is checked against mpmath expm at 40 digits.  Sharpness (lower bound): max
+    d eps0^2 / h."""
 
     def prop(m: np.ndarray, seed: int, floor_exp: float) -> None:
         d = m.shape[0]
@@ -125,6 +143,7 @@ def diag_bound_run(profile: str) -> str:
         assert np.all(a_lm >= eps0)
         h = float(notears_h(a_lm))
         assert h >= d * eps0**2 * (1 - gamma(4 * d))
+        record_lower(h, d * eps0**2)
         assert float(dag_loss(a_lm)) >= np.log1p(eps0**2) * (1 - gamma(4 * d))
         with mpmath.workdps(MP_DPS):
             nm = mpmath.matrix(hadamard_square(a_lm).tolist())
