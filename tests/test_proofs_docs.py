@@ -62,6 +62,26 @@ def test_committed_doc_is_current():
         "\n".join(bad[:10])
 
 
+def test_committed_doc_sharpness_column_is_never_empty():
+    """Every inequality check shows a measured sharpness (a ratio or 'min m'); identities / logical statements say
+    so instead of '-'."""
+    from proofs_check.registry import INEQUALITY, all_checks
+
+    cells = {}
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        parts = re.split(r"(?<!\\)\|", line)
+        if line.startswith("| `") and len(parts) == 10:
+            cells[parts[1].strip().strip("`")] = parts[7].strip()
+    checks = all_checks()
+    assert set(cells) == {c.name for c in checks}
+    for c in checks:
+        cell = cells[c.name]
+        if c.statement == INEQUALITY:
+            assert _NUMBER.search(cell) and not cell.startswith(("identity", "logical")), (c.name, cell)
+        else:
+            assert cell.startswith(c.statement), (c.name, cell)
+
+
 def test_committed_doc_lists_every_lean_name_passing():
     text = DOC.read_text(encoding="utf-8")
     assert "Lean names fully ok 79/79" in text

@@ -18,14 +18,20 @@ from proofs_check.catalog import (
     default_catalog_path,
     parse_catalog,
 )
+from proofs_check.profiles import record_lower, record_margin, record_ratio, recording
 from proofs_check.registry import (
     HYPOTHESIS_DROP,
+    IDENTITY,
+    INEQUALITY,
     LABELS,
+    LOGICAL,
     METHODS,
+    Outcome,
     all_checks,
     covered_lean_names,
     select,
 )
+from proofs_check.report import sharpness_text
 
 
 def test_committed_catalog_has_79_unique_names():
@@ -99,6 +105,41 @@ def test_check_rejects_unknown_lean_name_label_method_and_operator():
         make_check("x", (), "p", "theorem", ("guess",), (), noop, noop, "s", "d")
     with pytest.raises(ValueError, match="pldr_ref functions"):
         make_check("x", (), "p", "theorem", ("sympy",), ("numpy.linalg.det",), noop, noop, "s", "d")
+    with pytest.raises(ValueError, match="statement must be one of"):
+        make_check("x", (), "p", "theorem", ("sympy",), (), noop, noop, "s", "d", statement="equation")
+
+
+def test_sharpness_records_upper_lower_and_margin():
+    with recording() as rec:
+        record_ratio(0.5, 2.0)  # upper bound lhs <= rhs: lhs / rhs
+        record_lower(4.0, 3.0)  # lower bound lhs >= rhs: rhs / lhs = 0.75 > 0.25
+        record_ratio(1.0, 0.0)  # no information: ignored
+        record_margin(3.0, 2.0)
+        record_margin(1.0, 4.0)  # the smallest value / scale is kept
+        record_margin(1.0, 0.0)  # ignored
+    assert rec.ratio == 0.75 and rec.margin == 0.25
+    with recording() as empty:
+        pass
+    assert empty.ratio is None and empty.margin is None
+    record_margin(1.0)  # outside a recording: no effect, no error
+
+
+def test_sharpness_text_per_statement_kind():
+    def noop(profile: str) -> str:
+        """noop"""
+        return ""
+
+    def outcome(statement: str, ratio: float | None = None, margin: float | None = None) -> Outcome:
+        check = make_check("x", (), "p", "theorem", ("sympy",), (), noop, noop, "s", "d", statement=statement)
+        return Outcome(check, "pass", "", "violated", "", 0.0, ratio=ratio, margin=margin)
+
+    assert sharpness_text(outcome(INEQUALITY, ratio=0.86)) == "0.86"
+    assert sharpness_text(outcome(INEQUALITY, margin=1.5e-5)) == "min 1.5e-05"
+    assert sharpness_text(outcome(INEQUALITY, ratio=1.0, margin=0.0)) == "1; min 0"
+    assert sharpness_text(outcome(INEQUALITY)) == "-"
+    assert sharpness_text(outcome(IDENTITY)) == "identity"
+    assert sharpness_text(outcome(IDENTITY, ratio=0.062)) == "identity (err/tol 0.062)"
+    assert sharpness_text(outcome(LOGICAL)) == "logical"
 
 
 def test_select_by_lean_name_and_unknown():
