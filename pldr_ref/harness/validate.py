@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from pldr_ref.harness.localize import (
     OutputResult,
     StageResult,
@@ -33,6 +35,7 @@ from pldr_ref.harness.localize import (
     unrepresentable_stage,
 )
 from pldr_ref.harness.protocol import CaseTimeout, Unsupported, primary_outputs, unsupported_reason
+from pldr_ref.harness.representable import representable_part
 from pldr_ref.harness.tolerance import case_baselines, output_allowance
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.stages import stage_of_output
@@ -127,7 +130,9 @@ def compare_outputs(backend: Any, case: Any, dtype: str, produced: Mapping[str, 
     """End-to-end verdict on every golden output of ``case`` (forward order)."""
     full_trace = backend.capabilities().full_trace
     required = set(primary_outputs(case))
-    baselines, source = case_baselines(case, dtype)
+    part = representable_part(case, dtype)
+    keep = {} if part is None else part.keep
+    baselines, source = case_baselines(case, dtype, keep=keep)
     results = []
     for name in sorted(case.outputs, key=trace_sort_key):
         want = case.outputs[name]
@@ -145,8 +150,19 @@ def compare_outputs(backend: Any, case: Any, dtype: str, produced: Mapping[str, 
             base = "none computable for this case kind"
         else:
             base = baselines.get(name, "the naive run does not produce this output" if baselines else source)
-        allow = output_allowance(case, name, dtype, want, base, source=source)
-        results.append(judge(name, stage, want, produced[name], dtype, allow))
+        got = produced[name]
+        if name in keep and np.shape(got) == np.shape(want):  # judged on the representable part only
+            sel = keep[name]
+            if not sel.any():
+                results.append(OutputResult(name, stage, "not_applicable", None, None,
+                                            note=f"nothing representable in {dtype}: {part.note}"))
+                continue
+            want, got = np.asarray(want)[sel], np.asarray(got)[sel]
+        allow = output_allowance(case, name, dtype, want, base, source=source, subset=name in keep)
+        res = judge(name, stage, want, got, dtype, allow)
+        if name in keep:
+            res = dataclasses.replace(res, note="; ".join(x for x in (part.note, res.note) if x))
+        results.append(res)
     return results
 
 
@@ -291,7 +307,9 @@ def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, 
     except BaseException as exc:  # a crash or exit of the backend is a verdict (SystemExit included)
         return done("error", f"{type(exc).__name__}: {exc}", stages=stages)
     status = case_status(outputs, stages, primary_outputs(case))
-    if status == "not_judgeable":
+    part = next((o.note.split("; ")[0] for o in outputs if o.name in set(primary_outputs(case))
+                 and o.note.startswith(("judged on ", "nothing representable"))), None)
+    if status == "not_judgeable" and (part is None or part.startswith("nothing")):
         bad_stage = unrepresentable_stage(case, dtype)
         if bad_stage is not None:
             return done("not_applicable", f"{dtype} cannot represent stage {bad_stage}: the case is judged in "
@@ -310,6 +328,8 @@ def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, 
         reason = "the primary outputs could not be judged in this dtype (see the outputs' notes)"
     else:
         reason = ""
+    if part is not None:  # judged on the representable part only (pldr_ref.harness.representable)
+        reason = "; ".join(x for x in (reason, part) if x)
     return done(status, reason, outputs, stages, first)
 
 
