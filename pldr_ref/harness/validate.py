@@ -49,6 +49,9 @@ FAILING_STATUSES = ("fail", "error", "not_judgeable")
 DEFAULT_TIMEOUT_S = 600.0
 
 _PREFIX = re.compile(r"^(prefill\.|steps\.(\d+)\.)")
+#: The note of an output judged on its representable part (:attr:`RepresentablePart.note`).
+_PART_NOTE = re.compile(r"(nothing representable in \w+: )?judged on \d+ of \d+ rows; excluded: fully masked rows not "
+                        r"representable in \w+")
 _GROUP_RANK = {"": 0, "prefill": 0, "steps": 1, "kv_cache": 2, "g_cache": 3}
 
 
@@ -307,8 +310,8 @@ def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, 
     except BaseException as exc:  # a crash or exit of the backend is a verdict (SystemExit included)
         return done("error", f"{type(exc).__name__}: {exc}", stages=stages)
     status = case_status(outputs, stages, primary_outputs(case))
-    part = next((o.note.split("; ")[0] for o in outputs if o.name in set(primary_outputs(case))
-                 and o.note.startswith(("judged on ", "nothing representable"))), None)
+    part = next((m.group(0) for o in outputs if o.name in set(primary_outputs(case))
+                 for m in [_PART_NOTE.match(o.note)] if m), None)
     if status == "not_judgeable" and (part is None or part.startswith("nothing")):
         bad_stage = unrepresentable_stage(case, dtype)
         if bad_stage is not None:
