@@ -8,7 +8,9 @@ stated fraction of its scale in this dtype and no passing isolated stage covers 
 the verdict), ``unsupported`` (the backend declares it cannot run the case in that dtype, or raised
 :class:`Unsupported`), ``error`` (the backend crashed, exited, hung past the time limit or returned
 something that is not a dict of arrays), ``not_applicable`` (nothing could be judged: the dtype
-cannot represent a single-stage case).  Nothing is skipped silently: every case x dtype gets exactly
+cannot represent a single-stage case, or nothing representable is left of a multi-stage one).  Below float64 the
+rows that depend on fully masked rows of an additive mask are excluded and the rest is judged
+(:mod:`pldr_ref.harness.representable`; the reason says "judged on N of M rows").  Nothing is skipped silently: every case x dtype gets exactly
 one status.  Backends receive read-only copies of the case's tensors.
 """
 
