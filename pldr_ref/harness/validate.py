@@ -10,8 +10,8 @@ the verdict), ``unsupported`` (the backend declares it cannot run the case in th
 something that is not a dict of arrays), ``not_applicable`` (nothing could be judged: the dtype
 cannot represent a single-stage case, or nothing representable is left of a multi-stage one).  Below float64 the
 rows that depend on fully masked rows of an additive mask are excluded and the rest is judged
-(:mod:`pldr_ref.harness.representable`; the reason says "judged on N of M rows").  Nothing is skipped silently: every case x dtype gets exactly
-one status.  Backends receive read-only copies of the case's tensors.
+(:mod:`pldr_ref.harness.representable`; the reason says "judged on N of M rows").  Nothing is skipped silently:
+every case x dtype gets exactly one status.  Backends receive read-only copies of the case's tensors.
 """
 
 from __future__ import annotations
