@@ -283,6 +283,9 @@ def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
         return [StageResult("*", None, "unsupported", (), note="the backend declares no isolated stages")]
     results: list[StageResult] = []
     params_cache: dict = {}
+    from pldr_ref.harness.representable import representable_part
+
+    part = representable_part(case, dtype)
     for stage, layer, inputs, golden in plan:
         if stage not in declared:
             results.append(StageResult(stage, layer, "unsupported", (), note="stage not declared by the backend"))
@@ -311,8 +314,20 @@ def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
             if leaf not in got:
                 outs.append(OutputResult(full, stage, "missing", None, None, note="not returned by run_stage"))
                 continue
+            got_leaf = got[leaf]
+            sel = None if part is None else part.isolated_keep(stage, leaf, np.shape(want))
+            if sel is not None and np.shape(got_leaf) == np.shape(want) and sel.any():
+                # judged on the representable rows only (pldr_ref.harness.representable)
+                want, got_leaf = np.asarray(want)[sel], np.asarray(got_leaf)[sel]
+                naive_sel = None if naive is None or leaf not in naive else {leaf: np.asarray(naive[leaf])[sel]}
+                allow = stage_allowance(case, stage, layer, leaf, inputs, want, dtype, params_cache, naive_sel)
+                res = judge(full, stage, want, got_leaf, dtype, allow)
+                outs.append(dataclasses.replace(res, note="; ".join(
+                    x for x in (f"judged on the rows that are not fully masked ({part.dtype} cannot represent "
+                                "those)", res.note) if x)))
+                continue
             allow = stage_allowance(case, stage, layer, leaf, inputs, want, dtype, params_cache, naive)
-            outs.append(judge(full, stage, want, got[leaf], dtype, allow))
+            outs.append(judge(full, stage, want, got_leaf, dtype, allow))
         statuses = {o.status for o in outs}
         if statuses & {"fail", "missing"}:
             status = "fail"

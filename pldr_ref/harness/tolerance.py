@@ -74,6 +74,13 @@ F32_FACTOR = 4.0
 CHAIN_FACTORS = {"float32": 4.0, "bfloat16": 2.0, "float16": 4.0}
 #: Relative-RMS, offset and gain tests:
 WHOLE_CHAIN_FACTORS = {"float32": 2.0, "bfloat16": 2.0, "float16": 4.0}
+#: End-to-end outputs judged on a representable part only (:mod:`pldr_ref.harness.representable`): every k and
+#: whole-tensor factor above times this factor per dtype.  The naive run's statistics over a subset (one sample of
+#: six rows of ``model/tiny_left_pad_additive``) underestimate the float32 conditioning of a real float32 kernel,
+#: whose internal roundings the stage-rounded naive run does not make: the float32 backends (numpy32, torch) measured
+#: up to 2.4 x the unscaled allowance there; twice that, rounded up to a power of two.  16-bit: mixed-precision
+#: kernels compute internally in float32, the naive model holds (factor 1).
+SUBSET_FACTORS = {"float32": 8.0, "bfloat16": 1.0, "float16": 1.0}
 #: The largest of :data:`CHAIN_FACTORS` (reported in the JSON policy).
 CHAIN_FACTOR = max(CHAIN_FACTORS.values())
 #: An output is not judgeable when its relative-RMS allowance exceeds this fraction (of ||golden||) ...
@@ -192,7 +199,8 @@ def _scale(golden: np.ndarray) -> float:
 
 
 def baseline_allowance(dtype: str, golden: np.ndarray, baseline: NaiveStats | float | None, n: int,
-                       *, source: str, single_stage: bool = False, chain: bool = False) -> Allowance:
+                       *, source: str, single_stage: bool = False, chain: bool = False, subset: bool = False
+                       ) -> Allowance:
     """The four-test allowance from the naive run's statistics (a bare float: its max error only).
 
     Not judged if the naive run is non-finite or the max-test allowance exceeds
@@ -208,16 +216,18 @@ def baseline_allowance(dtype: str, golden: np.ndarray, baseline: NaiveStats | fl
                          reason=f"the naive {dtype} run of the reference is non-finite on this output "
                                 f"({dtype} cannot carry the case)")
     u = unit_roundoff(dtype)
-    f = CHAIN_FACTORS[dtype] if chain else 1.0
+    sub = SUBSET_FACTORS[dtype] if subset else 1.0
+    f = (CHAIN_FACTORS[dtype] if chain else 1.0) * sub
     k = f * k_factor(dtype, n)
     floor = FLOOR_UNITS * u * scale
     atol = k * float(stats.max_abs) + floor
     rho = max(stats.rms_rel, u)
     noise = rho / math.sqrt(max(stats.n, 1))
-    detail = {"k": k, "n": n, "chain": chain, "baseline": float(stats.max_abs), "naive_rms_rel": stats.rms_rel,
-              "naive_offset": stats.offset, "naive_gain": stats.gain, "elements": stats.n, "floor": floor,
+    detail = {"k": k, "n": n, "chain": chain, "subset": subset, "baseline": float(stats.max_abs),
+              "naive_rms_rel": stats.rms_rel, "naive_offset": stats.offset, "naive_gain": stats.gain,
+              "elements": stats.n, "floor": floor,
               "scale": scale, "kappa": float(stats.max_abs) / (u * scale) if scale > 0 else 0.0, "source": source}
-    w = (WHOLE_CHAIN_FACTORS[dtype] if chain else 1.0) * whole_tensor_factor(dtype)
+    w = (WHOLE_CHAIN_FACTORS[dtype] if chain else 1.0) * whole_tensor_factor(dtype) * sub
     rms = w * K_RMS * rho
     if scale > 0 and (rms > MAX_ALLOWANCE_FRACTION or atol > MAX_ABS_FRACTION * scale):
         return Allowance(atol, 0.0, label, detail, judged=False, judgeable=single_stage, rms=rms,
@@ -231,8 +241,9 @@ def baseline_allowance(dtype: str, golden: np.ndarray, baseline: NaiveStats | fl
 
 
 def output_allowance(case: Any, name: str, dtype: str, golden: np.ndarray, baseline: NaiveStats | float | str | None,
-                     *, source: str = "naive run") -> Allowance:
-    """The allowance for output ``name`` of ``case`` computed in ``dtype``.
+                     *, source: str = "naive run", subset: bool = False) -> Allowance:
+    """The allowance for output ``name`` of ``case`` computed in ``dtype`` (``subset``: judged on a representable
+    part only, :data:`SUBSET_FACTORS`).
 
     ``baseline``: the naive run's statistics (or its max error as a float), None when non-finite, or a
     string saying why no naive run exists (then the output is not judgeable, with that reason).
@@ -248,7 +259,7 @@ def output_allowance(case: Any, name: str, dtype: str, golden: np.ndarray, basel
         return Allowance(None, 0.0, RULE_NOT_APPLICABLE if single else RULE_NOT_JUDGEABLE, {"source": source},
                          judged=False, judgeable=single, reason=f"no {dtype} naive run for {name!r} ({baseline})")
     return baseline_allowance(dtype, golden, baseline, inner_dimension(case), source=source, single_stage=single,
-                              chain=not single)
+                              chain=not single, subset=subset)
 
 
 def round_to(dtype: str, x: np.ndarray) -> np.ndarray:
@@ -344,9 +355,12 @@ def beyond_float32(case: Any) -> str | None:
     return None
 
 
-def case_baselines(case: Any, dtype: str) -> tuple[dict[str, NaiveStats] | None, str]:
+def case_baselines(case: Any, dtype: str, keep: Mapping[str, np.ndarray] | None = None
+                   ) -> tuple[dict[str, NaiveStats] | None, str]:
     """(naive-run statistics by output, source) of ``case`` in ``dtype``; (None, "none") for float64 or a
-    case without a naive run.  Outputs the naive run does not produce are absent (not judgeable)."""
+    case without a naive run.  Outputs the naive run does not produce are absent (not judgeable).  ``keep``:
+    boolean masks by output name (:mod:`pldr_ref.harness.representable`): those outputs' statistics are taken
+    over the kept elements only."""
     if dtype == "float64":
         return None, "none"
     wide = beyond_float32(case)
@@ -356,4 +370,14 @@ def case_baselines(case: Any, dtype: str) -> tuple[dict[str, NaiveStats] | None,
     if run is None:
         return None, "none"
     source = "naive run (one stage)" if case.kind in SINGLE_STAGE_KINDS else "naive run (whole case)"
-    return {name: naive_stats(g, run[name]) for name, g in case.outputs.items() if name in run}, source
+    keep = keep or {}
+    out = {}
+    for name, g in case.outputs.items():
+        if name not in run:
+            continue
+        sel = keep.get(name)
+        if sel is not None and np.shape(run[name]) == np.shape(g):
+            out[name] = naive_stats(np.asarray(g)[sel], np.asarray(run[name])[sel])
+        else:
+            out[name] = naive_stats(g, run[name])
+    return out, source

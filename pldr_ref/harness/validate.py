@@ -8,8 +8,10 @@ stated fraction of its scale in this dtype and no passing isolated stage covers 
 the verdict), ``unsupported`` (the backend declares it cannot run the case in that dtype, or raised
 :class:`Unsupported`), ``error`` (the backend crashed, exited, hung past the time limit or returned
 something that is not a dict of arrays), ``not_applicable`` (nothing could be judged: the dtype
-cannot represent a single-stage case).  Nothing is skipped silently: every case x dtype gets exactly
-one status.  Backends receive read-only copies of the case's tensors.
+cannot represent a single-stage case, or nothing representable is left of a multi-stage one).  Below float64 the
+rows that depend on fully masked rows of an additive mask are excluded and the rest is judged
+(:mod:`pldr_ref.harness.representable`; the reason says "judged on N of M rows").  Nothing is skipped silently:
+every case x dtype gets exactly one status.  Backends receive read-only copies of the case's tensors.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from pldr_ref.harness.localize import (
     OutputResult,
     StageResult,
@@ -33,6 +37,7 @@ from pldr_ref.harness.localize import (
     unrepresentable_stage,
 )
 from pldr_ref.harness.protocol import CaseTimeout, Unsupported, primary_outputs, unsupported_reason
+from pldr_ref.harness.representable import representable_part
 from pldr_ref.harness.tolerance import case_baselines, output_allowance
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.stages import stage_of_output
@@ -46,6 +51,9 @@ FAILING_STATUSES = ("fail", "error", "not_judgeable")
 DEFAULT_TIMEOUT_S = 600.0
 
 _PREFIX = re.compile(r"^(prefill\.|steps\.(\d+)\.)")
+#: The note of an output judged on its representable part (:attr:`RepresentablePart.note`).
+_PART_NOTE = re.compile(r"(nothing representable in \w+: )?judged on \d+ of \d+ rows; excluded: fully masked rows not "
+                        r"representable in \w+")
 _GROUP_RANK = {"": 0, "prefill": 0, "steps": 1, "kv_cache": 2, "g_cache": 3}
 
 
@@ -127,7 +135,9 @@ def compare_outputs(backend: Any, case: Any, dtype: str, produced: Mapping[str, 
     """End-to-end verdict on every golden output of ``case`` (forward order)."""
     full_trace = backend.capabilities().full_trace
     required = set(primary_outputs(case))
-    baselines, source = case_baselines(case, dtype)
+    part = representable_part(case, dtype)
+    keep = {} if part is None else part.keep
+    baselines, source = case_baselines(case, dtype, keep=keep)
     results = []
     for name in sorted(case.outputs, key=trace_sort_key):
         want = case.outputs[name]
@@ -145,8 +155,19 @@ def compare_outputs(backend: Any, case: Any, dtype: str, produced: Mapping[str, 
             base = "none computable for this case kind"
         else:
             base = baselines.get(name, "the naive run does not produce this output" if baselines else source)
-        allow = output_allowance(case, name, dtype, want, base, source=source)
-        results.append(judge(name, stage, want, produced[name], dtype, allow))
+        got = produced[name]
+        if name in keep and np.shape(got) == np.shape(want):  # judged on the representable part only
+            sel = keep[name]
+            if not sel.any():
+                results.append(OutputResult(name, stage, "not_applicable", None, None,
+                                            note=f"nothing representable in {dtype}: {part.note}"))
+                continue
+            want, got = np.asarray(want)[sel], np.asarray(got)[sel]
+        allow = output_allowance(case, name, dtype, want, base, source=source, subset=name in keep)
+        res = judge(name, stage, want, got, dtype, allow)
+        if name in keep:
+            res = dataclasses.replace(res, note="; ".join(x for x in (part.note, res.note) if x))
+        results.append(res)
     return results
 
 
@@ -291,7 +312,9 @@ def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, 
     except BaseException as exc:  # a crash or exit of the backend is a verdict (SystemExit included)
         return done("error", f"{type(exc).__name__}: {exc}", stages=stages)
     status = case_status(outputs, stages, primary_outputs(case))
-    if status == "not_judgeable":
+    part = next((m.group(0) for o in outputs if o.name in set(primary_outputs(case))
+                 for m in [_PART_NOTE.match(o.note)] if m), None)
+    if status == "not_judgeable" and (part is None or part.startswith("nothing")):
         bad_stage = unrepresentable_stage(case, dtype)
         if bad_stage is not None:
             return done("not_applicable", f"{dtype} cannot represent stage {bad_stage}: the case is judged in "
@@ -310,6 +333,8 @@ def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, 
         reason = "the primary outputs could not be judged in this dtype (see the outputs' notes)"
     else:
         reason = ""
+    if part is not None:  # judged on the representable part only (pldr_ref.harness.representable)
+        reason = "; ".join(x for x in (reason, part) if x)
     return done(status, reason, outputs, stages, first)
 
 
