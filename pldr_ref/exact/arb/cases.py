@@ -25,8 +25,9 @@ from pldr_ref.exact.arb.model import (
 )
 from pldr_ref.exact.arb.ops import arb_op
 from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, Stages, certify
+from pldr_ref.fixtures.exact_tier import glu_params_arg, layer_params_arg, unit_params_arg
 from pldr_ref.model import resolve_pad_masking
-from pldr_ref.params import GLUParams, Params
+from pldr_ref.params import Params
 
 ArbRunner = Callable[[PLDRConfig | None, Params | None, Mapping[str, Any], Mapping[str, np.ndarray]],
                      dict[str, np.ndarray]]
@@ -42,21 +43,9 @@ def _op(name: str, *positional: str, extra: Callable[..., list] | None = None,
     return run
 
 
-def _glu_params(params, args, inputs):
-    return [GLUParams(*(inputs.get(n) for n in ("w1", "b1", "w2", "b2", "w3", "b3")))]
-
-
-def _unit(params, args, inputs):
-    return [params.layer(int(args["layer"])).res_units[int(args["unit"])], params.config.eps_ln]
-
-
-def _layer(params, args, inputs):
-    return [params.layer(int(args["layer"])), params.config.eps_ln]
-
-
 def _metric_learner(config, params, args, inputs):
     kind = params.config.metric_learner
-    return _op(f"metric_learner_{kind}", "a0", extra=_layer)(config, params, args, inputs)
+    return _op(f"metric_learner_{kind}", "a0", extra=layer_params_arg)(config, params, args, inputs)
 
 
 def _staged(compute_stages: Callable[[bool], Stages], config: PLDRConfig) -> dict[str, np.ndarray]:
@@ -113,13 +102,13 @@ ARB_RUNNERS: dict[str, ArbRunner] = {
     "iswiglu": _op("iswiglu", "z"),
     "layer_norm": _op("layer_norm", "x", "gamma", "beta", keywords=("eps",)),
     "linear": _op("linear", "x", "weight", "bias"),
-    "glu": _op("glu", "x", extra=_glu_params),
+    "glu": _op("glu", "x", extra=glu_params_arg),
     "apply_rope": _op("apply_rope", "x", "positions", keywords=("layout", "precision", "base")),
     "density_operator": _op("density_operator", "q_rot"),
     "cumulative_density_operator": _op("cumulative_density_operator", "q_rot"),
-    "residual_unit": _op("residual_unit", "a", extra=_unit),
-    "metric_learner_v500": _op("metric_learner_v500", "a0", extra=_layer),
-    "metric_learner_v900": _op("metric_learner_v900", "a0", extra=_layer),
+    "residual_unit": _op("residual_unit", "a", extra=unit_params_arg),
+    "metric_learner_v500": _op("metric_learner_v500", "a0", extra=layer_params_arg),
+    "metric_learner_v900": _op("metric_learner_v900", "a0", extra=layer_params_arg),
     "metric_learner": _metric_learner,
     "metric_tensor": _op("metric_tensor", "a", "W", "b", keywords=("eps_adj",)),
     "potential_tensor": _op("potential_tensor", "a_lm", "P"),
