@@ -4,7 +4,7 @@ Every stage of the forward map is evaluated on balls that provably contain the r
 (:mod:`~pldr_ref.exact.arb.stages`; matrix products through ``arb_mat``); each value is then
 rounded to float64 *with a certificate* - both ends of its ball round to the same binary64 - and
 Ziv's strategy raises the working precision until every value is certified or a stated limit is
-reached (:mod:`~pldr_ref.exact.arb.ziv`).  ``pip install 'pldr-ref[arb]'`` provides python-flint.
+reached (:mod:`~pldr_ref.exact.arb.ziv`).  python-flint is a core dependency of pldr-ref.
 
 * :func:`forward` / :func:`forward_certified` - the full forward trace (``pldr_ref.exact.forward(...,
   engine="arb")`` calls :func:`forward`);

@@ -27,7 +27,7 @@ try:
     import flint
     from flint import arb, arb_mat
 except ImportError as exc:  # pragma: no cover - exercised only without the optional extra
-    raise ImportError("the arb engine needs python-flint: pip install 'pldr-ref[arb]'") from exc
+    raise ImportError("the arb engine needs python-flint (a core dependency of pldr-ref): pip install python-flint") from exc
 
 from pldr_ref.exact.numbers import BINARY32, round_mpf
 
