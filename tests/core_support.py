@@ -8,6 +8,7 @@ parameters through the public API.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
 from hypothesis import strategies as st
@@ -120,3 +121,8 @@ def permute_dk(params: Params, config: PLDRConfig, pi: np.ndarray, skip: Iterabl
                 arr = np.take(arr, pi, axis=ax)
             tensors[name] = arr.reshape(params[name].shape)
     return Params(config, tensors)
+
+
+def file_tree(root: Path) -> dict[str, bytes]:
+    """Relative path -> bytes of every file under ``root`` (byte-identity checks of built suites)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from core_support import file_tree
 
 from pldr_ref.fixtures.build import build, verify
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, FixtureError
@@ -19,10 +20,6 @@ SUBSET = ("op/linear", "op/causal_padding_mask", "op/masked_softmax_edges")
 
 def _select(spec) -> bool:
     return spec.name in SUBSET
-
-
-def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +41,7 @@ def suite(built, tmp_path) -> Path:
 
 @pytest.mark.parametrize("error", [RuntimeError("injected failure"), KeyboardInterrupt()])
 def test_failing_build_leaves_the_suite_byte_identical(suite, monkeypatch, error):
-    before = _tree(suite)
+    before = file_tree(suite)
     real = build_mod.compute_case
     calls = []
 
@@ -58,12 +55,12 @@ def test_failing_build_leaves_the_suite_byte_identical(suite, monkeypatch, error
     with pytest.raises(type(error)):
         build(suite, select=_select, progress=None)
     assert len(calls) == 2
-    assert _tree(suite) == before
+    assert file_tree(suite) == before
     assert sorted(p.name for p in suite.parent.iterdir()) == ["golden"]  # no staging folder left behind
 
 
 def test_failing_swap_restores_the_previous_suite(suite, monkeypatch):
-    before = _tree(suite)
+    before = file_tree(suite)
     real_rename = Path.rename
 
     def rename(self, target):
@@ -74,7 +71,7 @@ def test_failing_swap_restores_the_previous_suite(suite, monkeypatch):
     monkeypatch.setattr(Path, "rename", rename)
     with pytest.raises(OSError, match="injected rename failure"):
         build(suite, select=_select, progress=None)
-    assert _tree(suite) == before
+    assert file_tree(suite) == before
     assert sorted(p.name for p in suite.parent.iterdir()) == ["golden"]
 
 

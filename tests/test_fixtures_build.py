@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from core_support import file_tree
 
 from pldr_ref.fixtures.build import build, verify
 from pldr_ref.fixtures.case import load_case
@@ -29,10 +30,6 @@ def _select(spec) -> bool:
     return spec.name in SUBSET
 
 
-def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("golden_a")
@@ -51,7 +48,7 @@ def copy(built, tmp_path) -> Path:
 def test_build_twice_is_byte_identical(built, tmp_path):
     other = tmp_path / "golden_b"
     build(other, select=_select, progress=None)
-    a, b = _tree(built), _tree(other)
+    a, b = file_tree(built), file_tree(other)
     assert a.keys() == b.keys()
     assert [k for k in a if a[k] != b[k]] == []
 

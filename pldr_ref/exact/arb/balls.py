@@ -26,8 +26,9 @@ from mpmath.libmp import from_man_exp
 try:
     import flint
     from flint import arb, arb_mat
-except ImportError as exc:  # pragma: no cover - exercised only without the optional extra
-    raise ImportError("the arb engine needs python-flint (a core dependency of pldr-ref): pip install python-flint") from exc
+except ImportError as exc:  # pragma: no cover - python-flint is a core dependency; this guards broken installs
+    raise ImportError("the arb engine needs python-flint (a core dependency of pldr-ref): "
+                      "pip install python-flint") from exc
 
 from pldr_ref.exact.numbers import BINARY32, round_mpf
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from flint import arb
 
+from pldr_ref import attention
 from pldr_ref.exact.arb.balls import (
     GUARD_BITS,
     ONE,
@@ -118,16 +119,10 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -
 
 
 # ----------------------------------------------------------------------------- heads, RoPE
-def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
-    """[B, S, H*d_k] -> [B, H, S, d_k] (head-major features)."""
-    b, s, d = x.shape
-    return x.reshape(b, s, num_heads, d // num_heads).transpose(0, 2, 1, 3)
-
-
-def merge_heads(z: np.ndarray) -> np.ndarray:
-    """[B, H, S, d_k] -> [B, S, H*d_k]."""
-    b, h, s, dk = z.shape
-    return z.transpose(0, 2, 1, 3).reshape(b, s, h * dk)
+# split_heads / merge_heads (pure reshapes, no arithmetic, so the engines stay independent) are
+# pldr_ref.attention's own, re-exported for the arb model: they act on object arrays of balls unchanged.
+split_heads = attention.split_heads
+merge_heads = attention.merge_heads
 
 
 def rope_tables(positions: Sequence[int], d_k: int, base: float, precision: str,
