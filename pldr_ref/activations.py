@@ -20,7 +20,7 @@ def silu(z: np.ndarray) -> np.ndarray:
 
 
 def iswiglu(z: np.ndarray) -> np.ndarray:
-    """iSwiGLU(z) = z * silu(z) = z^2 sigma(z) >= 0, elementwise (paper Definition 3.1; Lean ``ISwiGLU``).
+    """iSwiGLU(z) = z * silu(z) = z^2 sigma(z) >= 0, elementwise (paper Definition 3.1; Lean ``Iswiglu``).
 
     SwiGLU with identity weights and no bias.  For z -> -inf it underflows to +0.0,
     never to a negative value, so A_LM = iSwiGLU(.) + eps_adj stays >= eps_adj.

@@ -24,7 +24,7 @@ def metric_tensor(a: np.ndarray, W: np.ndarray, b: np.ndarray, eps_adj: float = 
     """A_LM = iSwiGLU(W A + b) + eps_adj, entrywise >= eps_adj > 0 (paper eq. 3.4, Proposition 3.7).
 
     a: [B, H, d_k, d_k] (or [B, H, S, d_k, d_k] for the cumulative Gram); W, b: [H, d_k, d_k].
-    Lean ``ISwiGLU`` (nonnegativity), ``HadamardPower`` (positivity hypothesis).
+    Lean ``Iswiglu`` (nonnegativity), ``HadamardPower`` (positivity hypothesis).
     """
     return iswiglu(np.matmul(_per_head(W, a), a) + _per_head(b, a)) + eps_adj
 

@@ -171,7 +171,7 @@ def apply_rope(
     for each pair (a, b) of ``layout``.  Returns float64 [..., S, d_k].
     ``table`` (default: ``precision``) is the table source, ``arithmetic`` (default: ``float32`` when
     ``precision="float32"``, else ``float64``) the rotation arithmetic (:func:`rotate_pairs`).
-    Paper: Definition 4.3 (rotated queries/keys); Lean ``RoPE`` file.
+    Paper: Definition 4.3 (rotated queries/keys); Lean ``Rope`` file.
     """
     x = np.asarray(x)
     d_k = x.shape[-1]
