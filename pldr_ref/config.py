@@ -505,6 +505,17 @@ _TF_V500: dict[str, Any] = dict(
 #: * ``tf-v500`` / ``tf-v900``: the TF code in float32: half-split keras-nlp RoPE, ``Ep / sqrt(f32 dk)``,
 #:   ``Ep + mask * -1e9`` added in float32, float32 softmax, float32 sqrt(d); v900 also sets the v900
 #:   metric learner (give ``A_dff_depth``).
+#: The issue-12 emulation switches (one per released-code numerical behaviour).
+EMULATION_SWITCHES = ("rope_table", "rope_arithmetic", "score_scale", "mask_add_dtype", "softmax_precision",
+                      "masked_row", "pad_source")
+
+
+def switch_defaults(names: tuple[str, ...] = EMULATION_SWITCHES) -> dict[str, Any]:
+    """PLDRConfig's default value of each switch in ``names`` (the single source of those defaults)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(PLDRConfig)}
+    return {n: defaults[n] for n in names}
+
+
 EMULATIONS: dict[str, dict[str, Any]] = {
     "pt-v510": dict(
         rope_layout="interleaved", rope_precision="float32", rope_table="float32", rope_arithmetic="float32",

@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from pldr_ref.config import PLDRConfig
+from pldr_ref.config import EMULATION_SWITCHES, PLDRConfig, switch_defaults
 from pldr_ref.params import Params
 
 #: Every dtype name the harness knows (backend outputs are compared with ULPs in that dtype).
@@ -46,18 +46,13 @@ CACHE_FEATURES = ("kv", "g")
 SWITCHES = ("rope_layout", "rope_precision", "mask_mode", "embed_scale_precision", "metric_learner", "g_mode",
             "gram_mode",
             # issue 12 emulation switches (a backend that does not implement one should declare its default)
-            "rope_table", "rope_arithmetic", "score_scale", "mask_add_dtype", "softmax_precision", "masked_row",
-            "pad_source")
+            *EMULATION_SWITCHES)
 
 #: The issue-12 emulation switches at the values a backend computes when it implements none of them
 #: (float64 table and rotation, exact scale, mask added and softmax taken in the compute dtype, masked rows
 #: as the arithmetic gives them, pads from the token id).  A backend that implements none declares these,
 #: so the switch cases are reported unsupported for it instead of failing.
-DEFAULT_EMULATION_SWITCHES: dict[str, tuple[str, ...]] = {
-    "rope_table": ("auto",), "rope_arithmetic": ("auto",), "score_scale": ("exact",),
-    "mask_add_dtype": ("float64",), "softmax_precision": ("float64",), "masked_row": ("arithmetic",),
-    "pad_source": ("token",),
-}
+DEFAULT_EMULATION_SWITCHES: dict[str, tuple[str, ...]] = {k: (v,) for k, v in switch_defaults().items()}
 
 
 class Unsupported(Exception):  # noqa: N818 - a verdict, not an error

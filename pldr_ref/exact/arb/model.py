@@ -24,7 +24,7 @@ from typing import Any
 import flint
 import numpy as np
 
-from pldr_ref.config import PLDRConfig
+from pldr_ref.config import EMULATION_SWITCHES, PLDRConfig, switch_defaults
 from pldr_ref.constants import FINFO_MIN_F64
 from pldr_ref.exact.arb import stages as st
 from pldr_ref.exact.arb.balls import accuracy_bits, ball, balls
@@ -196,8 +196,8 @@ def forward_stages(params: Params, ids: np.ndarray, *, start_pos: int, key_paddi
 
 
 #: Emulation switches (issue 12) that the arb engine evaluates only at these values.
-ARB_SWITCH_VALUES = {"rope_table": "auto", "rope_arithmetic": "auto", "score_scale": "exact",
-                     "mask_add_dtype": "float64", "softmax_precision": "float64", "masked_row": "arithmetic"}
+#: (pad_source is resolved before the engine runs, so every value of it is supported.)
+ARB_SWITCH_VALUES = switch_defaults(tuple(n for n in EMULATION_SWITCHES if n != "pad_source"))
 
 
 def check_arb_supports(config: PLDRConfig) -> None:
