@@ -80,6 +80,58 @@ def gemm_rate(repeats: int = 5) -> float:
     return best
 
 
+def product_shapes(c: PLDRConfig, batch: int, seq: int) -> list[tuple[tuple[int, ...], tuple[int, ...], int]]:
+    """Every matrix product of one forward pass as (left shape, right shape, count), matching :func:`forward_flops`.
+
+    Leading axes are batch axes (NumPy matmul broadcasting); the weights' transposes are taken as views, as
+    ``pldr_ref.glu.linear`` does.
+    """
+    b, s, d, h, dk = batch, seq, c.d_model, c.num_heads, c.d_k
+    rows, width = b * h * dk, c.metric_width
+    per_layer = [((b * s, d), (d, d), 4), ((b * s, d), (d, c.dff), 2), ((b * s, c.dff), (c.dff, d), 1),
+                 ((b, h, dk, s), (b, h, s, dk), 1),  # Gram A0 = Q~^T Q~
+                 ((b, h, s, dk), (1, h, dk, dk), 1),  # Q~ G_LM
+                 ((b, h, s, dk), (b, h, dk, s), 1),  # scores
+                 ((b, h, s, s), (b, h, s, dk), 1)]  # E V
+    if c.metric_learner != "none":
+        glus = c.num_reslayerA * c.num_denseA
+        per_layer += [((rows, width), (width, c.A_dff), 2 * glus), ((rows, c.A_dff), (c.A_dff, width), glus)]
+        if c.metric_learner == "v900":
+            per_layer += [((rows, dk), (dk, width), 1), ((rows, width), (width, dk), 1)]
+    if c.uses_plga_params:
+        per_layer.append(((h, dk, dk), (b, h, dk, dk), 2))
+    out = [(left, right, n * c.num_layers) for left, right, n in per_layer]
+    return [*out, ((b * s, d), (d, c.vocab_size), 1)]
+
+
+def product_flops(shapes: list[tuple[tuple[int, ...], tuple[int, ...], int]]) -> float:
+    """2 m k n per product, times the broadcast batch size and the count (equals ``sum(forward_flops(...))``)."""
+    total = 0.0
+    for left, right, n in shapes:
+        batch = np.broadcast_shapes(left[:-2], right[:-2])
+        total += 2.0 * float(np.prod(batch)) * left[-2] * left[-1] * right[-1] * n
+    return total
+
+
+def products_only_time(c: PLDRConfig, batch: int, seq: int, repeats: int = 3) -> float:
+    """Best time of all of :func:`product_shapes`'s products in sequence (random operands, fresh outputs as in
+    the model): the forward's time if every operation other than a matrix product were free."""
+    rng = np.random.default_rng(0)
+    ops = []
+    for left, right, n in product_shapes(c, batch, seq):
+        a = rng.standard_normal(left)
+        w = rng.standard_normal(right[::-1]).T if len(right) == 2 else rng.standard_normal(right)
+        ops.append((a, w, n))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for a, w, n in ops:
+            for _ in range(n):
+                np.matmul(a, w)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 #: Issue 15 targets: fraction of the measured GEMM rate on every run (full trace) and for keep_trace=False.
 TARGET_FULL_TRACE = 0.75
 TARGET_NO_TRACE = 0.80
@@ -249,6 +301,13 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "met" if min(fr) >= target else "NOT met"
         print(f"  {label:<17}: {len(fr)} runs, median {statistics.median(fr):.0%}, worst {min(fr):.0%} "
               f"(target >= {target:.0%} on every run: {verdict})")
+    shapes_flops = product_flops(product_shapes(config, args.batch, args.seq))
+    if abs(shapes_flops - total) > 1e-9 * total:
+        raise AssertionError(f"product_shapes ({shapes_flops:.6e}) and forward_flops ({total:.6e}) disagree")
+    products = products_only_time(config, args.batch, args.seq)
+    print(f"  matrix products alone    : {products:.3f} s at the forward's shapes (every other operation free: "
+          f"{total / products / 1e9 / rate:.0%} of GEMM); the rest of the forward takes {light - products:.3f} s "
+          f"without the trace, {full - products:.3f} s with it")
     if torch is not None:
         diff = float(np.max(np.abs(forward(params, ids).logits - torch_forward(config, weights, ids).numpy())))
         scale = float(np.max(np.abs(forward(params, ids).logits)))

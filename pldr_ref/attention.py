@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from pldr_ref.constants import EXP_ZERO_BELOW, FINFO_MIN_F64, MASK_VALUE
+from pldr_ref.row_blocks import for_each_block, row_slices
 
 MASK_MODES = ("ideal", "additive", "finfo_min")
 MASK_ADD_DTYPES = ("float64", "float32")
@@ -43,28 +45,31 @@ def score_scale_divisor(d_k: int, scale: str = "exact") -> tuple[str, float]:
     raise ValueError(f"score_scale must be one of {SCORE_SCALES}, got {scale!r}")
 
 
-def attention_scores(q_rot: np.ndarray, g_lm: np.ndarray, k_rot: np.ndarray, scale: str = "exact") -> np.ndarray:
+def attention_scores(
+    q_rot: np.ndarray, g_lm: np.ndarray, k_rot: np.ndarray, scale: str = "exact", *, out: np.ndarray | None = None
+) -> np.ndarray:
     """Sc = (Q~ G_LM) K~^T / sqrt(d_k) (paper eq. 3.7); Q~ G is formed first.
 
     q_rot: [B, H, S, d_k]; k_rot: [B, H, T, d_k]; g_lm: [B or 1, H, d_k, d_k] (one operator
     per head) or [B, H, S, d_k, d_k] (cumulative Gram: one operator per query row).
-    Returns [B, H, S, T].  G_LM = I gives scaled dot-product attention (Theorem 5.4(i)).
-    ``scale`` says how 1/sqrt(d_k) is applied (:func:`score_scale_divisor`).
+    Returns [B, H, S, T], in ``out`` when given (float64, that shape).  G_LM = I gives scaled dot-product
+    attention (Theorem 5.4(i)).  ``scale`` says how 1/sqrt(d_k) is applied (:func:`score_scale_divisor`).
     """
     d_k = q_rot.shape[-1]
     # one operator per head, or (cumulative Gram) one per query row
     qg = np.matmul(q_rot[..., None, :], g_lm)[..., 0, :] if g_lm.ndim == 5 else np.matmul(q_rot, g_lm)
     op, root = score_scale_divisor(d_k, scale)
+    k_t = np.swapaxes(k_rot, -1, -2)
     if op == "multiply":
-        sc = np.matmul(qg, np.swapaxes(k_rot, -1, -2))
+        sc = np.matmul(qg, k_t, out=out)
         sc *= root
         return sc
     if math.frexp(root)[0] == 0.5:
         # sqrt(d_k) = 2^n (d_k = 64 in every release): scaling Q~G by 2^-n before the product is exact and
         # bit-identical to dividing the [S, T] product afterwards (barring subnormals), one pass cheaper
         qg = qg / root
-        return np.matmul(qg, np.swapaxes(k_rot, -1, -2))
-    sc = np.matmul(qg, np.swapaxes(k_rot, -1, -2))
+        return np.matmul(qg, k_t, out=out)
+    sc = np.matmul(qg, k_t, out=out)
     sc /= root  # in place on the fresh product (same rounding as a division into a new array)
     return sc
 
@@ -86,7 +91,13 @@ def causal_padding_mask(
 
 
 def apply_mask(
-    scores: np.ndarray, mask: np.ndarray | None, mode: str, mask_value: float = MASK_VALUE, add_dtype: str = "float64"
+    scores: np.ndarray,
+    mask: np.ndarray | None,
+    mode: str,
+    mask_value: float = MASK_VALUE,
+    add_dtype: str = "float64",
+    *,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Masked logits: ``ideal`` -> -inf where masked; ``additive`` -> scores + mask_value * M;
     ``finfo_min`` -> scores + finfo(float64).min where masked (HF eager).
@@ -94,23 +105,31 @@ def apply_mask(
     ``add_dtype="float32"`` (``additive`` only; TF and PT float32 training, ``E = Ep + mask * -1e9`` in
     float32): a masked logit is RN32(RN32(Sc) + RN32(mask_value)), so it is exactly -1e9 whenever
     |Sc| < 32 (half an ulp of 1e9 in float32) and a multiple of 64 otherwise; allowed logits are unchanged.
+    ``out`` (float64, the broadcast shape of scores and mask) receives the logits; without it, ``mask=None``
+    returns ``scores`` itself and every other call a new array.
     """
-    if mask is None:
-        return scores
     if add_dtype not in MASK_ADD_DTYPES:
         raise ValueError(f"mask_add_dtype must be one of {MASK_ADD_DTYPES}, got {add_dtype!r}")
+    if mode not in MASK_MODES:
+        raise ValueError(f"mask_mode must be one of {MASK_MODES}, got {mode!r}")
     if add_dtype == "float32" and mode != "additive":
         raise ValueError(f"mask_add_dtype='float32' needs mask_mode='additive', got {mode!r}")
-    if mode == "ideal":
-        return np.where(mask, -np.inf, scores)
-    if mode == "additive":
-        if add_dtype == "float32":
-            masked32 = scores.astype(np.float32) + np.float32(mask_value)
-            return np.where(mask, masked32.astype(np.float64), scores)
-        return scores + mask_value * mask.astype(np.float64)
+    if mask is None:
+        if out is None:
+            return scores
+        np.copyto(out, scores)
+        return out
+    if out is None:
+        out = np.empty(np.broadcast_shapes(np.shape(scores), np.shape(mask)), dtype=np.float64)
+    if mode == "additive" and add_dtype == "float64":
+        return np.add(scores, mask_value * mask.astype(np.float64), out=out)
     if mode == "finfo_min":
-        return scores + np.where(mask, FINFO_MIN_F64, 0.0)
-    raise ValueError(f"mask_mode must be one of {MASK_MODES}, got {mode!r}")
+        return np.add(scores, np.where(mask, FINFO_MIN_F64, 0.0), out=out)
+    # ideal, or additive in float32: allowed logits are the scores, masked ones a constant or their float32 sum
+    fill = -np.inf if mode == "ideal" else (scores.astype(np.float32) + np.float32(mask_value)).astype(np.float64)
+    np.copyto(out, scores)
+    np.copyto(out, fill, where=mask)
+    return out
 
 
 def masked_softmax(logits: np.ndarray, *, overwrite_input: bool = False) -> np.ndarray:
@@ -124,18 +143,34 @@ def masked_softmax(logits: np.ndarray, *, overwrite_input: bool = False) -> np.n
     result (the values are identical; it only saves one [B, H, S, T] allocation).
     """
     logits = np.asarray(logits, dtype=np.float64)
-    m = np.max(logits, axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
+    m = _shift(np.max(logits, axis=-1, keepdims=True))
     e = np.subtract(logits, m, out=logits if overwrite_input else None)
-    # exp(e) for e > EXP_ZERO_BELOW; the other entries (masked keys: -inf or ~ -1e9) are exactly 0.0,
-    # which max(e, 0) gives them.  Bit-identical to np.exp(e) everywhere, and NaN still propagates.
-    np.exp(e, out=e, where=e > EXP_ZERO_BELOW)
-    np.maximum(e, 0.0, out=e)
+    _exp_or_zero(e)
     z = np.sum(e, axis=-1, keepdims=True)
-    # z == 0 only when every exp in the row is 0 (fully masked): dividing by 1 leaves that row at zeros;
-    # a NaN anywhere in the row makes z NaN and the whole row NaN (never a silent zero row)
-    np.divide(e, np.where(z == 0, 1.0, z), out=e)
+    np.divide(e, _divisor(z), out=e)
     return e
+
+
+def _shift(row_max: np.ndarray) -> np.ndarray:
+    """The shift m_i of a row: its max, or 0 where that is not finite (a row of -inf, +inf or NaN)."""
+    return np.where(np.isfinite(row_max), row_max, 0.0)
+
+
+def _exp_or_zero(e: np.ndarray) -> None:
+    """e <- exp(e) in place, bit-identical to np.exp(e).
+
+    exp(e) is exactly 0.0 for e <= EXP_ZERO_BELOW (masked keys: -inf or ~ -1e9), where NumPy's SIMD exp is slow:
+    those entries are set to 0.0 and the rest, NaN included (NaN <= x is False), go through exp.
+    """
+    zero = np.less_equal(e, EXP_ZERO_BELOW)
+    np.exp(e, out=e, where=~zero)
+    np.copyto(e, 0.0, where=zero)
+
+
+def _divisor(z: np.ndarray) -> np.ndarray:
+    """z, with 1 where z == 0: z == 0 only when every exp in the row is 0 (fully masked), and dividing by 1 leaves
+    that row at zeros; a NaN anywhere in the row makes z NaN and the whole row NaN (never a silent zero row)."""
+    return np.where(z == 0, 1.0, z)
 
 
 def softmax_float32(logits: np.ndarray) -> np.ndarray:
@@ -178,6 +213,75 @@ def attention_weights(
         return e
     fill = {"zeros": 0.0, "uniform": 1.0 / e.shape[-1], "nan": np.nan}[masked_row]
     return np.where(dead, fill, e)
+
+
+def _identity(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+def masked_attention_weights(
+    scores: np.ndarray,
+    mask: np.ndarray | None,
+    *,
+    mask_mode: str,
+    mask_value: float = MASK_VALUE,
+    mask_add_dtype: str = "float64",
+    precision: str = "float64",
+    masked_row: str = "arithmetic",
+    round_to: Callable[[np.ndarray], np.ndarray] | None = None,
+    check: Callable[[str, np.ndarray], None] | None = None,
+    in_place: bool = False,
+) -> np.ndarray:
+    """E = attention_weights(apply_mask(Sc, M)) (paper eqs. 3.7-3.8), evaluated on blocks of query rows.
+
+    scores: [B, H, S, T]; mask: [B|1, 1, S|1, T] bool or None.  The math is that of :func:`apply_mask` and
+    :func:`attention_weights`, applied to one block of query rows at a time on the threads of
+    :mod:`pldr_ref.row_blocks`, so that the softmax's passes run from cache and on every free core.  Both are
+    row-wise, so E is bit-identical to the unblocked composition.  ``round_to`` (a naive low-precision run)
+    rounds the masked logits and E, elementwise, as :func:`pldr_ref.layer.decoder_layer` documents.
+
+    ``in_place=False`` leaves the scores untouched and returns a new E; ``in_place=True`` writes E over the
+    scores (float64, C-contiguous) and returns them: no [B, H, S, T] allocation, half the memory traffic.
+
+    ``check`` (e.g. a finiteness check) is called as ``check("scores", ...)`` and then ``check("E", E)`` only when
+    the sum of a block of that array, taken while the block is in cache, is not finite; a finite sum proves
+    every entry finite (NaN and inf propagate through addition), so a finite array is never re-read.  It gets
+    the whole scores, or in place (where they are overwritten) the first block of rows that failed.
+    """
+    if scores.ndim != 4:
+        raise ValueError(f"scores must be [B, H, S, T], got shape {scores.shape}")
+    if in_place and (scores.dtype != np.float64 or not scores.flags.c_contiguous or not scores.flags.writeable):
+        raise ValueError("in_place=True needs writable, C-contiguous float64 scores")
+    r = round_to if round_to is not None else _identity
+    b, h, s, t = scores.shape
+    e = scores if in_place else np.empty(scores.shape, dtype=np.float64)
+    per_row_mask = mask is not None and mask.shape[2] == s and s > 1
+    blocks = row_slices(s, b * h * t * scores.itemsize)
+    finite = np.ones((len(blocks), 2), dtype=bool)  # per block: sum of scores, sum of E finite
+
+    def block(i: int) -> None:
+        rows = blocks[i]
+        m = mask[:, :, rows] if per_row_mask else mask
+        sc, out = scores[:, :, rows], e[:, :, rows]
+        if check is not None and not np.isfinite(np.sum(sc)):
+            if in_place:  # the scores are about to be overwritten: judge them now
+                check("scores", sc)
+            finite[i, 0] = False
+        # the logits go straight into E's rows, and the softmax runs there in place (rounding may copy)
+        logits = r(apply_mask(sc, m, mask_mode, mask_value, mask_add_dtype, out=out))
+        weights = r(attention_weights(logits, m, precision=precision, masked_row=masked_row, overwrite_input=True))
+        if weights is not out:
+            out[...] = weights
+        if check is not None:
+            finite[i, 1] = np.isfinite(np.sum(out))
+
+    for_each_block(block, range(len(blocks)), scores.nbytes)
+    if check is not None:
+        if not finite[:, 0].all() and not in_place:
+            check("scores", scores)
+        if not finite[:, 1].all():
+            check("E", e)
+    return e
 
 
 def mix_values(e: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -8,9 +8,8 @@ from collections.abc import Callable
 import numpy as np
 
 from pldr_ref.attention import (
-    apply_mask,
     attention_scores,
-    attention_weights,
+    masked_attention_weights,
     merge_heads,
     mix_values,
     split_heads,
@@ -34,7 +33,8 @@ class LayerTrace:
     A0, A, A_LM, A_P, G_LM [B,H,d_k,d_k] (one more S axis before d_k,d_k with the
     cumulative Gram); scores (scaled, pre-mask) and E [B,H,S,T]; ctx, attn_out,
     out1, ffn_out, out2 [B,S,d].  A0/A are None when frozen by a cache; A, A_LM,
-    A_P are None when G is fixed and no metric learner exists.
+    A_P are None when G is fixed and no metric learner exists; scores is None when E was computed over them in
+    a ``workspace`` (:func:`decoder_layer`).
     """
 
     x: np.ndarray
@@ -48,7 +48,7 @@ class LayerTrace:
     A_LM: np.ndarray | None
     A_P: np.ndarray | None
     G_LM: np.ndarray
-    scores: np.ndarray
+    scores: np.ndarray | None
     E: np.ndarray
     ctx: np.ndarray
     attn_out: np.ndarray
@@ -83,6 +83,8 @@ def decoder_layer(
     gram_offset: np.ndarray | None = None,
     round_to: Callable[[np.ndarray], np.ndarray] | None = None,
     rope_table: RopeTable | None = None,
+    check: Callable[[str, np.ndarray], None] | None = None,
+    workspace: np.ndarray | None = None,
 ) -> LayerTrace:
     """Y = MHA_PLGA(X); O1 = LN1(Y + X); O2 = LN2(FFN(O1) + O1) (spec §2.3).
 
@@ -94,12 +96,27 @@ def decoder_layer(
     ``gram_offset`` [B, H, d_k, d_k] is the Gram of earlier rows for the cumulative mode.
     ``round_to`` (default: none) rounds every stage output, the cached inputs and the masked logits
     (a naive low-precision run, as the fixture baselines use); it never changes the float64 path.
+    ``check`` (default: none), e.g. a finiteness check, is called as ``check(stage, array)`` on every trace entry in
+    :data:`LAYER_STAGES` order as soon as it exists, so a failure stops the layer at the first bad stage; scores and
+    E are checked block by block inside the softmax (:func:`pldr_ref.attention.masked_attention_weights`).
+    ``workspace`` (default: none): a C-contiguous float64 [B, H, S, T] array that receives the scores, over which E
+    is then computed in place (bit-identical): the trace has ``scores=None`` and ``E`` is the workspace, valid until
+    its next use.  ``forward(keep_trace=False)`` hands one workspace to every layer, so no layer allocates (and
+    page-faults) two fresh [B, H, S, T] arrays.
     """
     c = config
     h = c.num_heads
     r = _keep if round_to is None else round_to
+
+    def chk(name: str, arr: np.ndarray | None) -> None:
+        if check is not None and arr is not None:
+            check(name, arr)
+
+    chk("x", x)
     q = r(split_heads(linear(x, lp.wq, lp.bq), h))
+    chk("q", q)
     k = r(split_heads(linear(x, lp.wk, lp.bk), h))
+    chk("k", k)
     v = np.ascontiguousarray(r(split_heads(linear(x, lp.wv, lp.bv), h)))  # contiguous heads for the E V GEMMs
     rope = dict(layout=c.rope_layout, base=c.rope_base, table=c.rope_table_source,
                 arithmetic=c.rope_arithmetic_dtype, explicit=rope_table)
@@ -108,6 +125,9 @@ def decoder_layer(
     if past_k is not None:
         k_rot = np.concatenate([r(past_k), k_rot], axis=2)
         v = np.concatenate([r(past_v), v], axis=2)
+    chk("q_rot", q_rot)
+    chk("k_rot", k_rot)
+    chk("v", v)
 
     a0 = a = None
     if frozen_A is not None:
@@ -122,6 +142,8 @@ def decoder_layer(
         a0 = r(a0)
         if c.metric_learner != "none":
             a = r(metric_learner(a0, lp, c.metric_learner, c.eps_ln))
+    chk("A0", a0)
+    chk("A", a)
 
     if frozen_G is not None:
         a_lm, a_p, g_lm = frozen_G
@@ -132,14 +154,25 @@ def decoder_layer(
     else:
         a_lm = a_p = None
         g_lm = np.broadcast_to(lp.g_fixed, (x.shape[0], *lp.g_fixed.shape)).copy()
+    chk("A_LM", a_lm)
+    chk("A_P", a_p)
+    chk("G_LM", g_lm)
 
-    scores = r(attention_scores(q_rot, g_lm, k_rot, c.score_scale))
-    logits = r(apply_mask(scores, mask, c.mask_mode, c.mask_value, c.mask_add_dtype))
-    e = r(attention_weights(logits, mask, precision=c.softmax_precision, masked_row=c.masked_row,
-                            overwrite_input=logits is not scores))  # scores stay in the trace
+    scores = r(attention_scores(q_rot, g_lm, k_rot, c.score_scale, out=workspace))
+    in_place = workspace is not None and scores is workspace  # a rounding hook returns a new array: keep it
+    e = masked_attention_weights(scores, mask, mask_mode=c.mask_mode, mask_value=c.mask_value,
+                                 mask_add_dtype=c.mask_add_dtype, precision=c.softmax_precision,
+                                 masked_row=c.masked_row, round_to=r, check=check, in_place=in_place)
+    if in_place:
+        scores = None  # overwritten by E
     ctx = r(merge_heads(mix_values(e, v)))
+    chk("ctx", ctx)
     attn_out = r(linear(ctx, lp.wo, lp.bo))
+    chk("attn_out", attn_out)
     out1 = r(layer_norm(attn_out + x, lp.norm1.gamma, lp.norm1.beta, c.eps_ln))
+    chk("out1", out1)
     ffn_out = r(glu(out1, lp.ffn))
+    chk("ffn_out", ffn_out)
     out2 = r(layer_norm(ffn_out + out1, lp.norm2.gamma, lp.norm2.beta, c.eps_ln))
+    chk("out2", out2)
     return LayerTrace(x, q, k, q_rot, k_rot, v, a0, a, a_lm, a_p, g_lm, scores, e, ctx, attn_out, out1, ffn_out, out2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -65,6 +66,12 @@ def check_finite(name: str, arr: np.ndarray | None) -> None:
         n_nan = int(np.isnan(arr).sum())
         n_inf = int(np.isinf(arr).sum())
         raise FloatingPointError(f"stage {name!r} produced {n_nan} NaN and {n_inf} inf values")
+
+
+def layer_finite_check(layer: int) -> Callable[[str, np.ndarray], None]:
+    """The ``check`` hook of :func:`pldr_ref.layer.decoder_layer` for layer ``layer``: :func:`check_finite` on
+    ``layers.{layer}.{stage}``, so the error names the first non-finite stage as soon as it is made."""
+    return lambda stage, arr: check_finite(f"layers.{layer}.{stage}", arr)
 
 
 def sequence_mask(
@@ -135,7 +142,8 @@ def forward(
     sequence index start_pos + s); ``rope_table`` is the table of ``rope_table="explicit"``.  Every stage is
     checked for NaN/inf (``FloatingPointError`` names the stage) unless disabled.
     ``keep_trace=False`` drops each layer's trace once the next layer has its input (``layers`` is
-    then empty): the logits are identical, and memory stays O(B H S^2) for one layer instead of L.
+    then empty) and computes every layer's scores and E in one reused [B, H, S, S] buffer: the logits are
+    identical (bitwise), and memory stays O(B H S^2) for one layer instead of L.
     """
     if not isinstance(params, Params):
         raise TypeError(f"params must be a pldr_ref.Params, got {type(params).__name__}")
@@ -150,15 +158,15 @@ def forward(
         x = layer_norm(x_embed, params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"], c.eps_ln)
         x0 = x
         traces = []
+        # without a kept trace, one [B, H, S, S] buffer serves every layer's scores and E (E overwrites them)
+        workspace = None if keep_trace else np.empty((ids.shape[0], c.num_heads, ids.shape[1], ids.shape[1]))
         for i in range(c.num_layers):  # layers are sequential: the loop is over depth, not data
-            t = decoder_layer(params.layer(i), x, c, positions=positions, mask=mask, rope_table=rope_table)
-            if check_finite_values:
-                for name, arr in t.items():
-                    check_finite(f"layers.{i}.{name}", arr)
+            t = decoder_layer(params.layer(i), x, c, positions=positions, mask=mask, rope_table=rope_table,
+                              check=layer_finite_check(i) if check_finite_values else None, workspace=workspace)
             if keep_trace:
                 traces.append(t)
             x = t.out2
-            del t  # without a kept trace, this layer's [B, H, S, T] scores and E are freed here
+            del t
         logits = lm_head(params, x)
     if check_finite_values:
         check_finite("logits", logits)

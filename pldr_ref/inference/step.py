@@ -27,6 +27,7 @@ from pldr_ref.model import (
     ForwardOutput,
     check_finite,
     embed,
+    layer_finite_check,
     lm_head,
     resolve_pad_masking,
     validate_position_ids,
@@ -143,10 +144,8 @@ def cached_forward(
                 frozen_G=None if g_cache is None else g_cache.layers[i].as_frozen(),
                 gram_offset=None if lk is None or not cumulative else lk.gram,
                 rope_table=rope_table,
+                check=layer_finite_check(i) if check_finite_values else None,
             )
-            if check_finite_values:
-                for name, arr in t.items():
-                    check_finite(f"layers.{i}.{name}", arr)
             traces.append(t)
             x = t.out2
         logits = lm_head(params, x)
