@@ -1,4 +1,4 @@
-"""benchmarks/bench_forward.py: its product list matches the analytic FLOP count, and it runs end to end."""
+"""benchmarks/: bench_forward's product list matches the analytic FLOP count; both scripts run end to end."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 from pldr_ref import PLDRConfig
 from pldr_ref.config import PRESETS
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_forward.py"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_forward", SCRIPT)
+def _bench(name: str = "bench_forward"):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -42,3 +42,9 @@ def test_benchmark_runs_on_a_tiny_model(capsys) -> None:
     assert _bench().main(["--preset", "tiny", "--seq", "8", "--cycles", "1", "--repeats", "1", "--no-torch"]) == 0
     out = capsys.readouterr().out
     assert "matrix products alone" in out and "keep_trace=False" in out
+
+
+def test_softmax_benchmark_runs_and_checks_bits(capsys) -> None:
+    assert _bench("bench_softmax").main(["--heads", "2", "--seq", "40", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "bit-identical: True" in out and "bit-identical: False" not in out
