@@ -143,34 +143,20 @@ def masked_softmax(logits: np.ndarray, *, overwrite_input: bool = False) -> np.n
     result (the values are identical; it only saves one [B, H, S, T] allocation).
     """
     logits = np.asarray(logits, dtype=np.float64)
-    m = _shift(np.max(logits, axis=-1, keepdims=True))
+    m = np.max(logits, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
     e = np.subtract(logits, m, out=logits if overwrite_input else None)
-    _exp_or_zero(e)
-    z = np.sum(e, axis=-1, keepdims=True)
-    np.divide(e, _divisor(z), out=e)
-    return e
-
-
-def _shift(row_max: np.ndarray) -> np.ndarray:
-    """The shift m_i of a row: its max, or 0 where that is not finite (a row of -inf, +inf or NaN)."""
-    return np.where(np.isfinite(row_max), row_max, 0.0)
-
-
-def _exp_or_zero(e: np.ndarray) -> None:
-    """e <- exp(e) in place, bit-identical to np.exp(e).
-
-    exp(e) is exactly 0.0 for e <= EXP_ZERO_BELOW (masked keys: -inf or ~ -1e9), where NumPy's SIMD exp is slow:
-    those entries are set to 0.0 and the rest, NaN included (NaN <= x is False), go through exp.
-    """
+    # exp(e) is exactly 0.0 for e <= EXP_ZERO_BELOW (masked keys: -inf or ~ -1e9), where NumPy's SIMD exp is
+    # slow: those entries are set to 0.0 and the rest, NaN included (NaN <= x is False), go through exp.
+    # Bit-identical to np.exp(e) everywhere.
     zero = np.less_equal(e, EXP_ZERO_BELOW)
     np.exp(e, out=e, where=~zero)
     np.copyto(e, 0.0, where=zero)
-
-
-def _divisor(z: np.ndarray) -> np.ndarray:
-    """z, with 1 where z == 0: z == 0 only when every exp in the row is 0 (fully masked), and dividing by 1 leaves
-    that row at zeros; a NaN anywhere in the row makes z NaN and the whole row NaN (never a silent zero row)."""
-    return np.where(z == 0, 1.0, z)
+    z = np.sum(e, axis=-1, keepdims=True)
+    # z == 0 only when every exp in the row is 0 (fully masked): dividing by 1 leaves that row at zeros;
+    # a NaN anywhere in the row makes z NaN and the whole row NaN (never a silent zero row)
+    np.divide(e, np.where(z == 0, 1.0, z), out=e)
+    return e
 
 
 def softmax_float32(logits: np.ndarray) -> np.ndarray:
