@@ -12,20 +12,11 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 def silu(z: np.ndarray) -> np.ndarray:
-    """silu(z) = z sigma(z), evaluated as z / (1 + exp(-z)).
-
-    That is torch's CPU formula; it rounds once fewer than z * expit(z) (69.6 % of results correctly rounded
-    against 63.4 %, at most 2 ulp either way, measured on 20 000 N(0, 36) samples against mpmath) and, with
-    NumPy's SIMD exp, runs about 3.5x faster, which matters at the FFN's [S, dff] size.  exp(-z) overflows
-    to +inf for z < -709.78, giving -0.0 where the true value is a subnormal below 1e-305 in magnitude (as
-    z * expit(z) did); -inf gives NaN (-inf / inf), as torch does.
-    """
+    """silu(z) = z * sigma(z)."""
     z = np.asarray(z, dtype=np.float64)
-    d = np.negative(z, out=np.empty_like(z))  # an array even for 0-d input (out= needs one)
-    with np.errstate(over="ignore"):  # exp(-z) = inf is the intended limit for very negative z
-        np.exp(d, out=d)
-    d += 1.0
-    return np.divide(z, d, out=d)
+    s = np.asarray(expit(z))  # expit returns a scalar for 0-d input; out= needs an array
+    np.multiply(z, s, out=s)  # z * sigma(z), computed into the fresh sigma buffer
+    return s
 
 
 def iswiglu(z: np.ndarray) -> np.ndarray:
