@@ -4,9 +4,10 @@ Why: BLAS runs the matrix products on every core, but a NumPy ufunc runs on one 
 through main memory.  The masked softmax makes about ten passes over the [B, H, S, T] scores (117 MB per layer
 for v510-110m at S = 1024).  Evaluated on blocks of rows small enough for the L2 cache, the same passes run from
 cache, and on as many threads as the process may use (NumPy releases the GIL inside its loops).  Measured on the
-2-core development VM (``python benchmarks/bench_softmax.py``): 71 ms unblocked, 43 ms blocked on one thread,
-27 ms on two (35 and 20 ms in place).  Inside a forward pass the second core is rarely free, though: OpenBLAS's
-worker thread busy-waits for about 0.1 s after every BLAS call, so it holds that core between the products.
+2-core development VM (``python benchmarks/bench_softmax.py``): 71-74 ms unblocked, 43-46 ms blocked on one
+thread, 27-31 ms on two (20-26 ms in place on two).  Inside a forward pass the second core is rarely free,
+though: OpenBLAS's worker thread busy-waits for about 0.1 s after every BLAS call, so it holds that core between
+the products.
 
 Exactness: a block only ever holds whole rows and every stage run through here computes each output row from
 its own input row alone, so the result is bit-identical to the unblocked evaluation for any block size and any
