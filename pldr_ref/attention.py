@@ -119,6 +119,7 @@ def apply_mask(
             return scores
         np.copyto(out, scores)
         return out
+    mask = np.asarray(mask).astype(bool, copy=False)  # True = forbidden; 0/1 integer masks mean the same
     if out is None:
         out = np.empty(np.broadcast_shapes(np.shape(scores), np.shape(mask)), dtype=np.float64)
     if mode == "additive" and add_dtype == "float64":

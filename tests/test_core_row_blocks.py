@@ -201,6 +201,9 @@ def test_apply_mask_out_is_the_same_as_a_new_array() -> None:
             inplace = scores.copy()
             apply_mask(inplace, mask, mode, add_dtype=add_dtype, out=inplace)
             np.testing.assert_array_equal(bits(inplace), bits(want))
+    for mode in MASK_MODES:  # a 0/1 integer mask means what the boolean one does
+        np.testing.assert_array_equal(bits(apply_mask(scores, mask.astype(np.uint8), mode)),
+                                      bits(apply_mask(scores, mask, mode)))
     assert apply_mask(scores, None, "additive") is scores
     with pytest.raises(ValueError, match="mask_mode must be one of"):
         apply_mask(scores, mask, "subtractive")
