@@ -230,13 +230,22 @@ def masked_attention_weights(
     ``in_place=False`` leaves the scores untouched and returns a new E; ``in_place=True`` writes E over the
     scores (float64, C-contiguous) and returns them: no [B, H, S, T] allocation, half the memory traffic.
 
-    ``check`` (e.g. a finiteness check) is called as ``check("scores", ...)`` and then ``check("E", E)`` only when
-    the sum of a block of that array, taken while the block is in cache, is not finite; a finite sum proves
-    every entry finite (NaN and inf propagate through addition), so a finite array is never re-read.  It gets
-    the whole scores, or in place (where they are overwritten) the first block of rows that failed.
+    ``check`` (e.g. a finiteness check) is called, from the calling thread, as ``check("scores", ...)`` and then
+    ``check("E", E)`` only when the sum of some block of that array, taken while the block is in cache, is not
+    finite; a finite sum proves every entry finite (NaN and inf propagate through addition), so a finite array is
+    never re-read.  It gets the whole scores, or in place (where E overwrites them) a copy of every block of rows
+    whose scores were not finite, taken before the overwrite, so counts of NaN and inf are those of the scores.
+
+    Bit-identical means: to the composition on C-contiguous scores (the layout every caller here produces; on
+    another layout NumPy's row sums may add in another order).  ``round_to`` must return float64 arrays.
     """
     if scores.ndim != 4:
         raise ValueError(f"scores must be [B, H, S, T], got shape {scores.shape}")
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.ndim > 4:
+            raise ValueError(f"mask must broadcast against [B, H, S, T], got shape {mask.shape}")
+        mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)  # NumPy broadcasting prepends the missing axes
     if in_place and (scores.dtype != np.float64 or not scores.flags.c_contiguous or not scores.flags.writeable):
         raise ValueError("in_place=True needs writable, C-contiguous float64 scores")
     r = round_to if round_to is not None else _identity
@@ -245,15 +254,16 @@ def masked_attention_weights(
     per_row_mask = mask is not None and mask.shape[2] == s and s > 1
     blocks = row_slices(s, b * h * t * scores.itemsize)
     finite = np.ones((len(blocks), 2), dtype=bool)  # per block: sum of scores, sum of E finite
+    bad_scores: dict[int, np.ndarray] = {}  # in place: the non-finite blocks of scores, before E overwrites them
 
     def block(i: int) -> None:
         rows = blocks[i]
         m = mask[:, :, rows] if per_row_mask else mask
         sc, out = scores[:, :, rows], e[:, :, rows]
         if check is not None and not np.isfinite(np.sum(sc)):
-            if in_place:  # the scores are about to be overwritten: judge them now
-                check("scores", sc)
             finite[i, 0] = False
+            if in_place:
+                bad_scores[i] = sc.copy()
         # the logits go straight into E's rows, and the softmax runs there in place (rounding may copy)
         logits = r(apply_mask(sc, m, mask_mode, mask_value, mask_add_dtype, out=out))
         weights = r(attention_weights(logits, m, precision=precision, masked_row=masked_row, overwrite_input=True))
@@ -264,8 +274,9 @@ def masked_attention_weights(
 
     for_each_block(block, range(len(blocks)), scores.nbytes)
     if check is not None:
-        if not finite[:, 0].all() and not in_place:
-            check("scores", scores)
+        if not finite[:, 0].all():
+            check("scores", np.concatenate([bad_scores[i] for i in sorted(bad_scores)], axis=2) if in_place
+                  else scores)
         if not finite[:, 1].all():
             check("E", e)
     return e

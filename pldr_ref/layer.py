@@ -96,13 +96,15 @@ def decoder_layer(
     ``gram_offset`` [B, H, d_k, d_k] is the Gram of earlier rows for the cumulative mode.
     ``round_to`` (default: none) rounds every stage output, the cached inputs and the masked logits
     (a naive low-precision run, as the fixture baselines use); it never changes the float64 path.
-    ``check`` (default: none), e.g. a finiteness check, is called as ``check(stage, array)`` on every trace entry in
-    :data:`LAYER_STAGES` order as soon as it exists, so a failure stops the layer at the first bad stage; scores and
-    E are checked block by block inside the softmax (:func:`pldr_ref.attention.masked_attention_weights`).
+    ``check`` (default: none), e.g. a finiteness check, is called as ``check(stage, array)`` on the trace entries in
+    :data:`LAYER_STAGES` order as soon as each exists, so a failure stops the layer at the first bad stage; scores
+    and E are summed block by block inside the softmax and passed to ``check`` only when some block's sum is not
+    finite (:func:`pldr_ref.attention.masked_attention_weights`).
     ``workspace`` (default: none): a C-contiguous float64 [B, H, S, T] array that receives the scores, over which E
     is then computed in place (bit-identical): the trace has ``scores=None`` and ``E`` is the workspace, valid until
-    its next use.  ``forward(keep_trace=False)`` hands one workspace to every layer, so no layer allocates (and
-    page-faults) two fresh [B, H, S, T] arrays.
+    its next use (unless ``round_to`` returns new arrays: then the workspace is not used for them).
+    ``forward(keep_trace=False)`` hands one workspace to every layer, so no layer allocates (and page-faults) two
+    fresh [B, H, S, T] arrays.
     """
     c = config
     h = c.num_heads

@@ -18,12 +18,13 @@ Threads: ``PLDR_REF_THREADS`` (a positive integer) if set, else the CPUs this pr
 
 from __future__ import annotations
 
-import contextvars
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
+
+import numpy as np
 
 T = TypeVar("T")
 
@@ -73,11 +74,20 @@ def _executor(threads: int) -> ThreadPoolExecutor:
     with _lock:
         if _pool is None or _pool_key != key:
             if _pool is not None and _pool_key is not None and _pool_key[0] == key[0]:
-                _pool.shutdown(wait=False)  # a new thread count: let the old threads end
+                # a new thread count: let the old threads end (a call still submitting to it runs inline)
+                _pool.shutdown(wait=False)
             # the threads of a pool made before fork() do not exist in the child: never reuse it there
-            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pldr_ref-rows")
+            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pldr_ref-rows",
+                                       initializer=_mark_worker)
             _pool_key = key
         return _pool
+
+
+_in_worker = threading.local()
+
+
+def _mark_worker() -> None:
+    _in_worker.flag = True
 
 
 def for_each_block(fn: Callable[[T], None], blocks: Sequence[T], total_bytes: int) -> None:
@@ -85,29 +95,57 @@ def for_each_block(fn: Callable[[T], None], blocks: Sequence[T], total_bytes: in
     the worker threads.
 
     ``fn`` must write only the rows of its own block.  Worker w takes blocks w, w + n, w + 2n, ... (the calling
-    thread is worker 0).  The first exception raised by any block is re-raised here, after every worker has
-    stopped (no block is left running in the background).
+    thread is worker 0); each worker runs under the caller's NumPy error state.  When a block raises (or the
+    caller is interrupted), the workers stop before their next block and the call returns only after every
+    worker has stopped, re-raising the calling thread's exception if it had one, else the first worker's (in
+    worker order).  It runs inline where threads cannot help or cannot be had: from a worker thread (a nested
+    call: no deadlock on the pool) and when the pool refuses work (interpreter shutdown, or a thread count
+    changed by another thread meanwhile).
     """
     workers = min(worker_count(), len(blocks))
-    if workers < 2 or total_bytes < PARALLEL_MIN_BYTES:
+    if workers < 2 or total_bytes < PARALLEL_MIN_BYTES or getattr(_in_worker, "flag", False):
         for b in blocks:
             fn(b)
         return
+    err = np.geterr()  # NumPy's error state is per thread (1.x) or per context (2.x): hand it over explicitly
+    stop = threading.Event()
 
     def run(share: Sequence[T]) -> None:
-        for b in share:
-            fn(b)
+        with np.errstate(**err):
+            for b in share:
+                if stop.is_set():
+                    return
+                try:
+                    fn(b)
+                except BaseException:
+                    stop.set()
+                    raise
 
     pool = _executor(worker_count() - 1)  # sized by the machine, not by this call: one pool for every call
-    # each worker runs in a copy of the caller's context: NumPy's errstate (a context variable) applies there too
-    futures = [pool.submit(contextvars.copy_context().run, run, blocks[w::workers]) for w in range(1, workers)]
+    futures: list[Future] = []
+    inline: list[Sequence[T]] = []
+    for w in range(1, workers):
+        try:
+            futures.append(pool.submit(run, blocks[w::workers]))
+        except RuntimeError:  # the pool was shut down (interpreter exit, or a new thread count): do it here
+            inline.append(blocks[w::workers])
     error: BaseException | None = None
     try:
         run(blocks[0::workers])
+        for share in inline:
+            run(share)
     except BaseException as exc:  # even KeyboardInterrupt: first let the other workers stop writing
         error = exc
+        stop.set()
+    while True:
+        try:
+            wait(futures)
+            break
+        except BaseException as exc:  # interrupted while waiting: stop the workers, still wait for them
+            stop.set()
+            error = error or exc
     for f in futures:
-        exc = f.exception()  # waits
+        exc = f.exception()
         if error is None and exc is not None:
             error = exc
     if error is not None:

@@ -8,6 +8,7 @@ needs several blocks on several threads shrinks them with ``monkeypatch``.
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -98,6 +99,59 @@ def test_blocks_run_on_several_threads_and_errors_propagate(tiny_blocks) -> None
     with pytest.raises(ZeroDivisionError, match="block 4"):
         rb.for_each_block(failing, range(9), total_bytes=1)
     assert 4 not in done
+
+
+def test_a_failing_block_stops_the_other_workers(tiny_blocks) -> None:
+    ran: list[int] = []
+
+    def fn(i: int) -> None:
+        if i == 1:
+            raise KeyError("block 1")
+        time.sleep(0.01)
+        ran.append(i)
+
+    with pytest.raises(KeyError, match="block 1"):
+        rb.for_each_block(fn, range(60), total_bytes=1)
+    assert len(ran) < 30  # the others stopped before their next block (60 blocks would take 0.2 s each)
+
+
+def test_workers_run_under_the_callers_error_state(tiny_blocks) -> None:
+    def fn(i: int) -> None:
+        np.float64(1.0) / np.zeros(1)  # division by zero in every block, on every thread
+
+    with np.errstate(divide="raise"), pytest.raises(FloatingPointError):
+        rb.for_each_block(fn, range(6), total_bytes=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(divide="ignore"):
+            rb.for_each_block(fn, range(6), total_bytes=1)  # no warning from any thread
+
+
+def test_nested_calls_and_a_refusing_pool_run_inline(tiny_blocks, monkeypatch) -> None:
+    out = np.zeros((4, 4))
+
+    def inner(i: int) -> None:
+        def cell(j: int) -> None:
+            out[i, j] = 10 * i + j
+
+        rb.for_each_block(cell, range(4), total_bytes=1)  # from a worker thread: must not wait on the pool
+
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (rb.for_each_block(inner, range(4), total_bytes=1), done.set()),
+                              daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert done.is_set(), "nested for_each_block deadlocked"
+    np.testing.assert_array_equal(out, 10 * np.arange(4)[:, None] + np.arange(4))
+
+    class Refusing:
+        def submit(self, *args, **kwargs):
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    monkeypatch.setattr(rb, "_executor", lambda threads: Refusing())
+    seen: list[int] = []
+    rb.for_each_block(seen.append, range(7), total_bytes=1)
+    assert sorted(seen) == list(range(7))
 
 
 def test_negative_control_a_stage_that_is_not_row_wise_depends_on_the_blocking(monkeypatch) -> None:
@@ -233,8 +287,22 @@ def test_check_sees_scores_then_e_only_when_a_block_is_not_finite(tiny_blocks) -
     masked_attention_weights(scores, mask, mask_mode="additive", check=check)
     assert calls == [("scores", scores.shape), ("E", scores.shape)]
     calls.clear()
-    masked_attention_weights(scores.copy(), mask, mask_mode="additive", check=check, in_place=True)
-    assert calls[0][0] == "scores" and calls[0][1][2] < 6  # in place: the failing block, judged before overwriting
+    seen: list[np.ndarray] = []
+    masked_attention_weights(scores.copy(), mask, mask_mode="additive", in_place=True,
+                             check=lambda name, arr: seen.append(arr.copy()) if name == "scores" else None)
+    # in place: a copy of the failing blocks of scores, taken before E overwrote them (the NaN is still there)
+    assert len(seen) == 1 and seen[0].shape[2] < 6 and np.isnan(seen[0]).sum() == np.isnan(scores).sum() == 1
+
+
+def test_two_and_three_dimensional_masks_broadcast_as_before(tiny_blocks) -> None:
+    rng = np.random.default_rng(5)
+    scores = rng.standard_normal((2, 3, 6, 6))
+    mask4 = padded_mask(1, 6, 0, rng)
+    want = unblocked(scores, mask4, "additive", "float64", "float64", "arithmetic")
+    for mask in (mask4[0, 0], mask4[0]):
+        np.testing.assert_array_equal(bits(masked_attention_weights(scores, mask, mask_mode="additive")), bits(want))
+    with pytest.raises(ValueError, match="mask must broadcast"):
+        masked_attention_weights(scores, mask4[None], mask_mode="additive")
 
 
 def test_layer_check_hook_sees_every_stage_in_trace_order() -> None:
@@ -264,12 +332,15 @@ def test_forward_names_a_non_finite_score_and_stops_there(tiny_blocks) -> None:
     p_ext = model_params(ext, 0)
     g = np.array(p_ext[FIXED_G_KEY])
     g[0, 2, 0] = 1e308 * np.eye(ext.d_k)  # a finite G_LM whose product with Q overflows: the scores are inf
+    messages = []
     for keep_trace in (True, False):
         with warnings.catch_warnings():
-            # the worker threads run under the forward's errstate (a context variable): no RuntimeWarning
+            # the worker threads run under the forward's errstate: no RuntimeWarning
             warnings.simplefilter("error")
-            with pytest.raises(FloatingPointError, match=r"stage 'layers\.0\.scores' produced"):
+            with pytest.raises(FloatingPointError, match=r"stage 'layers\.0\.scores' produced") as err:
                 forward(p_ext.replace(**{FIXED_G_KEY: g}), ids, keep_trace=keep_trace)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]  # in place (keep_trace=False) the counts are still those of all the scores
 
 
 # ------------------------------------------------------------------ whole model: blocked == unblocked
