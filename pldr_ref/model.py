@@ -166,7 +166,7 @@ def forward(
             if keep_trace:
                 traces.append(t)
             x = t.out2
-            del t
+            del t  # without a kept trace, this layer's arrays are freed before the next layer allocates its own
         logits = lm_head(params, x)
     if check_finite_values:
         check_finite("logits", logits)

@@ -102,7 +102,8 @@ def for_each_block(fn: Callable[[T], None], blocks: Sequence[T], total_bytes: in
     call: no deadlock on the pool) and when the pool refuses work (interpreter shutdown, or a thread count
     changed by another thread meanwhile).
     """
-    workers = min(worker_count(), len(blocks))
+    threads = worker_count()
+    workers = min(threads, len(blocks))
     if workers < 2 or total_bytes < PARALLEL_MIN_BYTES or getattr(_in_worker, "flag", False):
         for b in blocks:
             fn(b)
@@ -121,7 +122,7 @@ def for_each_block(fn: Callable[[T], None], blocks: Sequence[T], total_bytes: in
                     stop.set()
                     raise
 
-    pool = _executor(worker_count() - 1)  # sized by the machine, not by this call: one pool for every call
+    pool = _executor(threads - 1)  # sized by the machine, not by this call: one pool for every call
     futures: list[Future] = []
     inline: list[Sequence[T]] = []
     for w in range(1, workers):
