@@ -7,13 +7,12 @@ refused with an error naming the key; a file that cannot be read (truncated, bad
 
 from __future__ import annotations
 
-import json
 import os
+import stat
 import struct
 import zipfile
 from collections.abc import Mapping
 
-import ml_dtypes
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
@@ -39,60 +38,116 @@ def save_state_dict(params: Params, path: str | os.PathLike[str]) -> None:
         raise ValueError(f"unsupported checkpoint suffix for {path!r}: use .safetensors or .npz")
 
 
-#: safetensors dtype names -> NumPy dtypes (little-endian), per the safetensors format specification.
+#: safetensors dtype names this reader returns -> NumPy dtypes of the stored bytes (little-endian), per the
+#: safetensors format specification.  F16 and BF16 are widened to float64 on reading (:func:`widen_half`);
+#: other dtypes of the format (F8_*, ...) are refused with an error naming the tensor.
 SAFETENSORS_DTYPES = {
-    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype(ml_dtypes.bfloat16),
+    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
     "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
     "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"),
-    "BOOL": np.dtype("?"), "C64": np.dtype("<c8"), "C128": np.dtype("<c16"),
+    "BOOL": np.dtype("?"), "C64": np.dtype("<c8"),
 }
 
 #: Bytes of the little-endian header-length prefix of a safetensors file.
 SAFETENSORS_PREFIX = 8
 
+#: Bits a bfloat16 is shifted left to become the float32 with the same sign, exponent and leading mantissa.
+BF16_SHIFT = 16
+
+
+def widen_half(raw: np.ndarray, dtype_name: str) -> np.ndarray:
+    """float64 values of stored 16-bit floats, exactly: ``raw`` holds the little-endian F16 values or the BF16
+    bit patterns (uint16).
+
+    BF16 is the upper half of an IEEE binary32: the bit pattern shifted left by 16 is that float32 (NaN, inf
+    and subnormals included), widened to float64 -- by bit layout, so no library's bfloat16 type is involved.
+    F16 -> float64 is the IEEE conversion, exact (every binary16 value is a binary64 value).
+    """
+    if dtype_name == "BF16":
+        bits = raw.astype("<u4") << np.uint32(BF16_SHIFT)
+        return bits.view("<f4").astype(np.float64)
+    if dtype_name == "F16":
+        return raw.astype(np.float64)
+    raise ValueError(f"widen_half: {dtype_name!r} is not F16 or BF16")
+
 
 def read_safetensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Tensors of a ``.safetensors`` file, read by this module (so that BF16 and errors are uniform).
+    """Tensors of a ``.safetensors`` file: validated by the ``safetensors`` package, F16/BF16 widened to float64.
 
-    Layout: u64 little-endian header length N, N bytes of JSON ``{name: {dtype, shape, data_offsets}}``
-    (optionally ``__metadata__``), then the data.  Every problem (truncated file, bad JSON, offsets outside
-    the data, a size that does not match the shape, an unknown dtype) is a ``ValueError`` naming the file.
+    Before anything is read the file must be a regular file whose 8-byte header length fits in its size (a
+    symlink to ``/dev/zero`` or a FIFO is refused at once); then ``safetensors.deserialize`` checks the header
+    (JSON types, offsets that tile the data exactly, shapes that match the bytes, the metadata map).  Every
+    problem is a ``ValueError`` naming the file; a dtype this reader does not return names the tensor too.
     """
+    import safetensors
+
     path = os.fspath(path)
-    data = open(path, "rb").read()  # noqa: SIM115 - one read, closed by the GC; keeps the error path simple
     where = f"safetensors file {path!r}"
-    if len(data) < SAFETENSORS_PREFIX:
-        raise ValueError(f"{where} is truncated: {len(data)} bytes, shorter than the 8-byte header length")
-    (n,) = struct.unpack("<Q", data[:SAFETENSORS_PREFIX])
-    start = SAFETENSORS_PREFIX + n
-    if start > len(data):
-        raise ValueError(f"{where} is truncated: header of {n} bytes but the file has {len(data)} bytes")
     try:
-        header = json.loads(data[SAFETENSORS_PREFIX:start].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{where} has an invalid header ({exc})") from exc
-    if not isinstance(header, dict):
-        raise ValueError(f"{where} has an invalid header (not a JSON object)")
-    body = memoryview(data)[start:]
+        info = os.stat(path)
+    except OSError as exc:
+        raise ValueError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{where} is not a regular file (a device, FIFO or folder is refused)")
+    try:
+        with open(path, "rb") as fh:
+            prefix = fh.read(SAFETENSORS_PREFIX)
+            if len(prefix) < SAFETENSORS_PREFIX:
+                raise ValueError(f"{where} is truncated: {info.st_size} bytes, shorter than the 8-byte header "
+                                 "length")
+            (n,) = struct.unpack("<Q", prefix)
+            if n > info.st_size - SAFETENSORS_PREFIX:
+                raise ValueError(f"{where} is truncated or corrupt: its header length is {n} bytes but the file "
+                                 f"has {info.st_size} bytes")
+            data = prefix + fh.read(info.st_size - SAFETENSORS_PREFIX)
+    except OSError as exc:
+        raise ValueError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    try:
+        entries = safetensors.deserialize(data)
+    except Exception as exc:  # SafetensorError (header, offsets, sizes); the Rust side raises nothing else
+        raise ValueError(f"{where} is not a valid safetensors file: {exc}") from None
+    del data
     out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype = SAFETENSORS_DTYPES[info["dtype"]]
-            shape = tuple(int(d) for d in info["shape"])
-            lo, hi = (int(x) for x in info["data_offsets"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{where}: tensor {name!r} has an invalid or unsupported entry {info!r} ({exc!r}); "
-                             f"supported dtypes: {sorted(SAFETENSORS_DTYPES)}") from None
-        if not 0 <= lo <= hi <= len(body):
-            raise ValueError(f"{where} is truncated or corrupt: tensor {name!r} spans bytes [{lo}, {hi}) of a "
-                             f"{len(body)}-byte data section")
-        if hi - lo != int(np.prod(shape)) * dtype.itemsize:
-            raise ValueError(f"{where}: tensor {name!r} has {hi - lo} bytes, but shape {shape} of {info['dtype']} "
-                             f"needs {int(np.prod(shape)) * dtype.itemsize}")
-        out[name] = np.frombuffer(body[lo:hi], dtype=dtype).reshape(shape)
+    for name, entry in entries:
+        kind = entry["dtype"]
+        if kind not in SAFETENSORS_DTYPES:
+            raise ValueError(f"{where}: tensor {name!r} has dtype {kind}, which is not supported (supported: "
+                             f"{', '.join(sorted(SAFETENSORS_DTYPES))})")
+        arr = np.frombuffer(entry["data"], dtype=SAFETENSORS_DTYPES[kind]).reshape(entry["shape"])
+        out[name] = widen_half(arr, kind) if kind in ("F16", "BF16") else arr
     return out
+
+
+#: What :func:`sniff_format` calls each kind of file, for error messages.
+FORMAT_NAMES = {
+    "npz": "a zip (.npz) archive", "npy": "a single .npy array", "safetensors": "a safetensors file",
+    "pickle": "a Python pickle (refused: loading it could run code)", "unknown": "of no format this reader knows",
+}
+#: Leading bytes of each format (a .npz is a zip archive; protocol 2+ pickles start with PROTO 0x80).
+ZIP_MAGIC = b"PK\x03\x04"
+NPY_MAGIC = b"\x93NUMPY"
+PICKLE_PROTO = 0x80
+
+
+def sniff_format(path: str | os.PathLike[str]) -> str:
+    """What the file's first bytes say it is: "npz", "npy", "safetensors", "pickle" or "unknown".
+
+    A safetensors file starts with its header length (little-endian u64, at most the file size) followed by
+    ``{``.  Reads at most the first 9 bytes.
+    """
+    with open(path, "rb") as fh:
+        head = fh.read(SAFETENSORS_PREFIX + 1)
+        size = os.fstat(fh.fileno()).st_size
+    if head.startswith(ZIP_MAGIC):
+        return "npz"
+    if head.startswith(NPY_MAGIC):
+        return "npy"
+    if len(head) > SAFETENSORS_PREFIX and head[SAFETENSORS_PREFIX:] == b"{" and \
+            struct.unpack("<Q", head[:SAFETENSORS_PREFIX])[0] <= size - SAFETENSORS_PREFIX:
+        return "safetensors"
+    if head[:1] == bytes([PICKLE_PROTO]):
+        return "pickle"
+    return "unknown"
 
 
 def _read(source: str | os.PathLike[str] | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -104,6 +159,10 @@ def _read(source: str | os.PathLike[str] | Mapping[str, np.ndarray]) -> dict[str
     if path.endswith(".safetensors"):
         return read_safetensors(path)
     if path.endswith(".npz"):
+        kind = sniff_format(path)
+        if kind != "npz":
+            raise ValueError(f"checkpoint {path!r} is not a .npz archive: its bytes are {FORMAT_NAMES[kind]}"
+                             + (" (rename it to .safetensors)" if kind == "safetensors" else ""))
         try:
             with np.load(path, allow_pickle=False) as data:
                 return {k: data[k] for k in data.files}
