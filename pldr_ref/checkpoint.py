@@ -65,7 +65,8 @@ def widen_half(raw: np.ndarray, dtype_name: str) -> np.ndarray:
     """
     if dtype_name == "BF16":
         bits = raw.astype("<u4") << np.uint32(BF16_SHIFT)
-        return bits.view("<f4").astype(np.float64)
+        with np.errstate(invalid="ignore"):  # a signalling NaN widens to a (quiet) NaN, as every IEEE cast does
+            return bits.view("<f4").astype(np.float64)
     if dtype_name == "F16":
         return raw.astype(np.float64)
     raise ValueError(f"widen_half: {dtype_name!r} is not F16 or BF16")
@@ -74,7 +75,7 @@ def widen_half(raw: np.ndarray, dtype_name: str) -> np.ndarray:
 def read_safetensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """Tensors of a ``.safetensors`` file: validated by the ``safetensors`` package, F16/BF16 widened to float64.
 
-    Before anything is read the file must be a regular file whose 8-byte header length fits in its size (a
+    Tensors are returned sorted by name.  Before anything is read the file must be a regular file whose 8-byte header length fits in its size (a
     symlink to ``/dev/zero`` or a FIFO is refused at once); then ``safetensors.deserialize`` checks the header
     (JSON types, offsets that tile the data exactly, shapes that match the bytes, the metadata map).  Every
     problem is a ``ValueError`` naming the file; a dtype this reader does not return names the tensor too.
@@ -105,10 +106,10 @@ def read_safetensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     try:
         entries = safetensors.deserialize(data)
     except Exception as exc:  # SafetensorError (header, offsets, sizes); the Rust side raises nothing else
-        raise ValueError(f"{where} is not a valid safetensors file: {exc}") from None
+        raise ValueError(f"{where} is truncated or has an invalid header ({exc})") from None
     del data
     out = {}
-    for name, entry in entries:
+    for name, entry in sorted(entries, key=lambda e: e[0]):  # the package's order varies between calls
         kind = entry["dtype"]
         if kind not in SAFETENSORS_DTYPES:
             raise ValueError(f"{where}: tensor {name!r} has dtype {kind}, which is not supported (supported: "
