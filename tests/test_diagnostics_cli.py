@@ -86,17 +86,19 @@ def test_model_checkpoint_matches_preset(tmp_path) -> None:
     assert json.loads((tmp_path / "c2.json").read_text())["sections"] != a  # negative control: another init
 
 
-def test_errors(tmp_path) -> None:
+def test_errors(tmp_path, capsys) -> None:
+    """Each refused input: exit 2 and one error line naming the problem (issue 21: no traceback)."""
     assert main(["diagnose"]) == 2
-    with pytest.raises(SystemExit, match="--config"):
-        main(["diagnose", "model", "--checkpoint", str(tmp_path / "x.npz"), "--quiet"])
     (tmp_path / "p.json").write_text(json.dumps([[1, 2, 3], [1, 2]]))
-    with pytest.raises(SystemExit, match="one length"):
-        main(["diagnose", "model", "--prompts", str(tmp_path / "p.json"), "--quiet"])
+    for argv, why in ((["model", "--checkpoint", str(tmp_path / "x.npz"), "--quiet"], "--config"),
+                      (["model", "--prompts", str(tmp_path / "p.json"), "--quiet"], "one length"),
+                      (["twirl", "--d-k", "7"], "d_k")):
+        capsys.readouterr()
+        assert main(["diagnose", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("pldr-ref diagnose: error: ") and why in err and "\n" not in err, err
     with pytest.raises(SystemExit):
         main(["diagnose", "model", "--sections", "nope"])
-    with pytest.raises(ValueError, match="d_k"):
-        main(["diagnose", "twirl", "--d-k", "7"])
 
 
 @pytest.mark.slow

@@ -126,7 +126,7 @@ def load_model(args: argparse.Namespace):  # -> tuple[Params, str]
 
     if args.checkpoint:
         if not args.config:
-            raise SystemExit("diagnose model: --checkpoint needs --config config.json")
+            raise ValueError("diagnose model: --checkpoint needs --config config.json")
         with open(args.config, encoding="utf-8") as fh:
             raw = json.load(fh)
         fields = set(PLDRConfig.__dataclass_fields__)
@@ -134,7 +134,7 @@ def load_model(args: argparse.Namespace):  # -> tuple[Params, str]
             else PLDRConfig.from_hf_config(args.config)
         return load_state_dict(args.checkpoint, config), f"checkpoint {args.checkpoint}"
     if args.config:
-        raise SystemExit("diagnose model: --config goes with --checkpoint (use --preset for a random init)")
+        raise ValueError("diagnose model: --config goes with --checkpoint (use --preset for a random init)")
     name = args.preset or "tiny"
     return init_params(PLDRConfig.preset(name), seed=args.seed), f"{name} random init (seed {args.seed})"
 
@@ -144,9 +144,9 @@ def load_prompts(path: str) -> np.ndarray:
     with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
     if not isinstance(data, list) or not data or not all(isinstance(r, list) and r for r in data):
-        raise SystemExit(f"diagnose model: --prompts {path} must hold a non-empty list of token-id lists")
+        raise ValueError(f"diagnose model: --prompts {path} must hold a non-empty list of token-id lists")
     if len({len(r) for r in data}) != 1:
-        raise SystemExit(f"diagnose model: --prompts {path}: prompts must share one length (unpadded batch)")
+        raise ValueError(f"diagnose model: --prompts {path}: prompts must share one length (unpadded batch)")
     return np.asarray(data, dtype=np.int64)
 
 

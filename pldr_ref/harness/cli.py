@@ -9,7 +9,9 @@ Exit status: 0 when every case passes (or is unsupported / not applicable) and s
 was judged, when the suite's integrity cannot be checked (no MANIFEST.json, cases missing from it or
 from disk, modified files) or the backend declares kinds the harness does not know -- the reason is
 printed, and the table, JSON and JUnit reports are written in every one of these cases; 2 for a
-usage problem (bad backend name, unknown dtype, missing suite folder, nothing selected).
+usage problem (bad backend name, a backend whose import, constructor or capabilities() raises, unknown
+dtype, missing suite folder, nothing selected, a bad -k pattern, --timeout not a finite number >= 0, an
+output path that cannot be written -- checked before the run); 130 after Ctrl-C (reports still written).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -26,6 +29,8 @@ from pldr_ref.harness.protocol import DTYPES, load_backend
 
 #: Suite name meaning "the committed golden/ folder".
 DEFAULT_SUITE = "default"
+#: Exit status after Ctrl-C (128 + SIGINT).
+EXIT_INTERRUPTED = 130
 
 
 def register(subparsers: Any) -> None:
@@ -46,13 +51,24 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", "--report", dest="out", default=None, metavar="OUT.json",
                    help="write the JSON report here (--report is an alias)")
     p.add_argument("--junit", default=None, metavar="OUT.xml", help="write JUnit XML here")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+    p.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help=f"per-case time limit for the backend's calls (default {DEFAULT_TIMEOUT_S:g}; 0 = none)")
     p.add_argument("--no-isolation", action="store_true", help="skip stage isolation (end-to-end comparison only)")
     p.add_argument("--timing", action="store_true", help="record per-case durations (reports stop being "
                                                           "byte-identical between runs)")
     p.add_argument("--quiet", action="store_true", help="print only the summary line, no progress")
     p.set_defaults(func=main)
+
+
+def timeout_seconds(text: str) -> float:
+    """``--timeout``: a finite number of seconds >= 0 (0 = no limit); -5, nan and inf are usage errors."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0 (0 = no limit), got {text!r}")
+    return value
 
 
 def suite_root(name: str) -> Path:
@@ -89,7 +105,10 @@ def load_suite_checked(root: Path, groups: list[str] | None, pattern: str | None
 
     if not root.is_dir():
         raise ValueError(f"golden suite folder {root} does not exist (build it with `pldr-ref golden build --out DIR`)")
-    rx = re.compile(pattern) if pattern else None
+    try:
+        rx = re.compile(pattern) if pattern else None
+    except re.error as exc:
+        raise ValueError(f"-k {pattern!r} is not a regular expression ({exc})") from None
 
     def selected(name: str) -> bool:
         return (groups is None or name.split("/", 1)[0] in groups) and (rx is None or bool(rx.search(name)))
@@ -139,6 +158,19 @@ def load_suite(root: Path, groups: list[str] | None, pattern: str | None) -> lis
     return cases
 
 
+def load_backend_checked(spec: str) -> Any:
+    """:func:`load_backend`, with any exception of the backend's own code (its module raising on import, its
+    constructor or ``capabilities()`` raising) turned into a ``ValueError`` naming the backend: a usage error."""
+    try:
+        backend = load_backend(spec)
+        backend.capabilities()
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise ValueError(f"backend {spec} failed while loading ({type(exc).__name__}: {exc})") from None
+    return backend
+
+
 def backend_problems(backend: Any) -> list[str]:
     """Declared kinds and stages the harness does not know (a typo makes a backend support nothing)."""
     from pldr_ref.fixtures.runners import RUNNERS
@@ -163,7 +195,7 @@ def main(args: argparse.Namespace) -> int:
     from pldr_ref.progress import Progress
 
     try:
-        backend = load_backend(args.backend)
+        backend = load_backend_checked(args.backend)
         dtypes = parse_dtypes(args.dtype, backend.capabilities().dtypes)
         root = suite_root(args.suite_dir)
         cases, problems = load_suite_checked(root, args.group, args.pattern)
@@ -175,6 +207,7 @@ def main(args: argparse.Namespace) -> int:
         problems.append(f"no dtype to run: the backend declares {list(backend.capabilities().dtypes)}")
 
     results: list[Any] = []
+    interrupted = False
     with Progress(len(cases) * len(dtypes), "validate", enabled=not args.quiet) as bar:
         def progress(r: Any) -> None:
             bar.advance(f"{r.status.upper()} {r.dtype} {r.case}")
@@ -184,6 +217,7 @@ def main(args: argparse.Namespace) -> int:
                                progress=progress, timeout=args.timeout or None)
         except KeyboardInterrupt:
             problems.append("interrupted: the report holds no results")
+            interrupted = True
     text = table(results, problems)
     print(text.splitlines()[-1] if args.quiet else text)
     manifest = root / "MANIFEST.json"
@@ -200,4 +234,7 @@ def main(args: argparse.Namespace) -> int:
     if not ok and args.quiet:
         for msg in problems:
             print(f"pldr-ref validate: {msg}", file=sys.stderr)
+    if interrupted:
+        print("pldr-ref validate: interrupted (reports written without results)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0 if ok else 1
