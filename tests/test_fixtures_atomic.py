@@ -69,6 +69,7 @@ def test_failing_swap_restores_the_previous_suite(suite, monkeypatch):
         return real_rename(self, target)
 
     monkeypatch.setattr(Path, "rename", rename)
+    monkeypatch.setattr(build_mod, "exchange", lambda a, b: False)  # the two-rename fallback of _swap_in
     with pytest.raises(OSError, match="injected rename failure"):
         build(suite, select=_select, progress=None)
     assert file_tree(suite) == before

@@ -40,7 +40,7 @@ def test_show_and_verify_and_build(tmp_path, capsys):
     (out / "op/linear/inputs.safetensors").write_bytes(b"x")
     assert _run(["golden", "verify", "--suite-dir", str(out), "--quiet"]) == 1
     assert "inputs.safetensors" in capsys.readouterr().out
-    assert _run(["golden", "show", "op/nope", "--suite-dir", str(out)]) == 1
+    assert _run(["golden", "show", "op/nope", "--suite-dir", str(out)]) == 2
 
 
 def test_deprecated_dir_spellings_still_read_the_given_suite(tmp_path, capsys):
@@ -50,7 +50,7 @@ def test_deprecated_dir_spellings_still_read_the_given_suite(tmp_path, capsys):
     assert _run(["golden", "verify", str(out), "--quiet"]) == 0
     assert f"golden suite {out}: verified" in capsys.readouterr().out
     # negative control: the committed suite has no such folder name, so an ignored --dir would show golden/
-    assert _run(["golden", "show", "op/linear", "--dir", str(tmp_path / "absent")]) == 1
+    assert _run(["golden", "show", "op/linear", "--dir", str(tmp_path / "absent")]) == 2
 
 
 def test_build_refuses_the_committed_suite_without_overwrite(capsys):
