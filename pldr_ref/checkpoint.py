@@ -75,10 +75,11 @@ def widen_half(raw: np.ndarray, dtype_name: str) -> np.ndarray:
 def read_safetensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """Tensors of a ``.safetensors`` file: validated by the ``safetensors`` package, F16/BF16 widened to float64.
 
-    Tensors are returned sorted by name.  Before anything is read the file must be a regular file whose 8-byte header length fits in its size (a
-    symlink to ``/dev/zero`` or a FIFO is refused at once); then ``safetensors.deserialize`` checks the header
-    (JSON types, offsets that tile the data exactly, shapes that match the bytes, the metadata map).  Every
-    problem is a ``ValueError`` naming the file; a dtype this reader does not return names the tensor too.
+    Tensors are returned sorted by name.  Before anything is read the file must be a regular file whose 8-byte
+    header length fits in its size (a symlink to ``/dev/zero`` or a FIFO is refused at once); then
+    ``safetensors.deserialize`` checks the header (JSON types, offsets that tile the data exactly, shapes that
+    match the bytes, the metadata map).  Every problem is a ``ValueError`` naming the file; a dtype this
+    reader does not return names the tensor too.
     """
     import safetensors
 

@@ -12,6 +12,7 @@ from pldr_ref.config import PLDRConfig
 from pldr_ref.glu import linear
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
 from pldr_ref.layer import LayerTrace, decoder_layer
+from pldr_ref.memory_budget import check_forward_budget
 from pldr_ref.norms import layer_norm
 from pldr_ref.params import Params
 from pldr_ref.rope import RopeTable
@@ -149,6 +150,7 @@ def forward(
         raise TypeError(f"params must be a pldr_ref.Params, got {type(params).__name__}")
     c = params.config
     ids = validate_token_ids(token_ids, c, start_pos)
+    check_forward_budget(c, ids.shape[0], ids.shape[1], keep_trace=keep_trace)  # refuse before allocating
     positions, mask = sequence_mask(c, ids, start_pos=start_pos, attention_mask=attention_mask,
                                     pad_masking=resolve_pad_masking(c, pad_masking))
     if position_ids is not None:

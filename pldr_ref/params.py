@@ -19,6 +19,7 @@ import ml_dtypes
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
+from pldr_ref.memory_budget import check_parameter_budget
 
 #: Keys that may appear in a checkpoint and are accepted but not used.
 IGNORED_KEYS = ("decoder.past_G_values_status",)
@@ -51,7 +52,11 @@ def param_shapes(config: PLDRConfig) -> dict[str, tuple[int, ...]]:
     v900 extras (not in any released PyTorch checkpoint; named here after the TF
     variables): ``mha1.A_dff_dense1`` [Dd, d_k], ``mha1.layernorm1`` [Dd],
     ``mha1.A_dff_dense2`` [d_k, Dd], ``mha1.layernorm2`` [d_k].
+
+    A config whose parameters exceed the memory budget is refused first, in O(1)
+    (:func:`pldr_ref.memory_budget.check_parameter_budget`, ``PLDR_REF_MEMORY_BUDGET``).
     """
+    check_parameter_budget(config)
     c = config
     d, dk, h = c.d_model, c.d_k, c.num_heads
     shapes: dict[str, tuple[int, ...]] = {

@@ -137,7 +137,7 @@ def test_manifest_names_outside_the_suite_are_refused_unread(tmp_path: Path, lab
     assert problems and any("outside the suite" in p or "not a plain name" in p for p in problems), problems
     code, text = run(["golden", "verify", "--suite-dir", str(root), "--quiet"], capsys)
     assert code == 2 and "Traceback" not in text
-    cases, problems = load_suite_checked(root, None, None)  # what validate reads
+    _cases, problems = load_suite_checked(root, None, None)  # what validate reads
     assert problems
     assert all(p == top or top in p.parents for p in reads), [p for p in reads if top not in p.parents]
 
