@@ -152,6 +152,24 @@ def sniff_format(path: str | os.PathLike[str]) -> str:
     return "unknown"
 
 
+#: File suffix -> the format its bytes must have.
+SUFFIX_FORMATS = {".npz": "npz", ".npy": "npy", ".safetensors": "safetensors"}
+
+
+def check_suffix_format(path: str | os.PathLike[str], what: str = "file") -> None:
+    """``ValueError`` naming ``path`` and what its bytes are when they do not match its suffix (a safetensors
+    file renamed ``.npz`` is called a safetensors file, not "pickled objects").  Unknown suffixes pass."""
+    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    want = SUFFIX_FORMATS.get(suffix)
+    if want is None:
+        return
+    kind = sniff_format(path)
+    if kind != want:
+        rename = next((s for s, k in SUFFIX_FORMATS.items() if k == kind), None)
+        raise ValueError(f"{what} {os.fspath(path)!r} is named {suffix} but its bytes are {FORMAT_NAMES[kind]}"
+                         + (f" (rename it to {rename})" if rename else ""))
+
+
 def _read(source: str | os.PathLike[str] | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     if isinstance(source, Mapping):
         return {str(k): np.asarray(v) for k, v in source.items()}
@@ -161,10 +179,7 @@ def _read(source: str | os.PathLike[str] | Mapping[str, np.ndarray]) -> dict[str
     if path.endswith(".safetensors"):
         return read_safetensors(path)
     if path.endswith(".npz"):
-        kind = sniff_format(path)
-        if kind != "npz":
-            raise ValueError(f"checkpoint {path!r} is not a .npz archive: its bytes are {FORMAT_NAMES[kind]}"
-                             + (" (rename it to .safetensors)" if kind == "safetensors" else ""))
+        check_suffix_format(path, "checkpoint")
         try:
             with np.load(path, allow_pickle=False) as data:
                 return {k: data[k] for k in data.files}

@@ -68,7 +68,7 @@ FAILURES = [
     ("golden verify --suite-dir {t}/MISSING", "does not exist"),
     ("golden verify --suite-dir {t}/manifest_list", "not a JSON object"),
     ("golden list --table --suite-dir {t}/MISSING", "does not exist"),
-    ("golden list --table --suite-dir {t}/FILE", "does not exist"),
+    ("golden list --table --suite-dir {t}/FILE", "is not a folder"),
     ("golden list --table --suite-dir {t}/folder", "no golden case"),
     ("golden show ../../etc --suite-dir {g}", "not a plain name"),
     ("golden show op/nope --suite-dir {t}/MISSING", "does not exist"),

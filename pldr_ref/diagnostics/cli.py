@@ -112,8 +112,11 @@ def run_twirl(args: argparse.Namespace) -> int:
 
 def run_g_lm(args: argparse.Namespace) -> int:
     """``diagnose g-lm``."""
+    from pldr_ref.checkpoint import check_suffix_format
     from pldr_ref.diagnostics.g_lm import g_lm_report, load_g_lm
 
+    if args.file is not None and Path(args.file).is_file():
+        check_suffix_format(args.file, "--file")
     g, source = load_g_lm(args.file)
     doc = document("g-lm", g_lm_report(g, rope_base=args.rope_base, layout=args.layout, source=source))
     return _emit(args, doc, f"G_LM structure ({source})")

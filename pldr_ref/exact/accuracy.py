@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -184,8 +185,11 @@ def _engine_line(engine: str, dps: int) -> str:
 
 
 def report(configs: Sequence[str], seeds: Sequence[int], *, seq_len: int = 8, dps: int = 50,
-           per_config: bool = True, engine: str = "mpmath", quiet: bool = True) -> str:
-    """The full deterministic report: one pooled table per config (optional) and one over everything."""
+           per_config: bool = True, engine: str = "mpmath", quiet: bool = True,
+           tables: list[tuple[str, dict]] | None = None) -> str:
+    """The full deterministic report: one pooled table per config (optional) and one over everything.
+    ``tables`` (a list) receives (title, pooled stats) of every table, for :func:`json_report`."""
+    tables = [] if tables is None else tables
     parts = [
         "float64 tier vs exact tier (correctly rounded), per stage, all layers pooled",
         f"configs: {', '.join(configs)}; seeds: {', '.join(map(str, seeds))}; batch 2, seq_len {seq_len}; "
@@ -202,17 +206,21 @@ def report(configs: Sequence[str], seeds: Sequence[int], *, seq_len: int = 8, dp
                 progress.advance(f"{name} seed {s}")
             everything.extend(results)
             if per_config:
-                parts += [f"### {name}: {CONFIGS[name] or 'preset tiny'}", "", format_table(pooled(results)), ""]
-    parts += ["### all configs pooled", "", format_table(pooled(everything)), ""]
+                tables.append((f"{name}: {CONFIGS[name] or 'preset tiny'}", pooled(results)))
+                parts += [f"### {tables[-1][0]}", "", format_table(tables[-1][1]), ""]
+    tables.append(("all configs pooled", pooled(everything)))
+    parts += ["### all configs pooled", "", format_table(tables[-1][1]), ""]
     if cert is not None:
         parts += [cert.line(), ""]
     return "\n".join(parts)
 
 
 def preset_report(preset: str, seeds: Sequence[int], *, seq_len: int, batch: int = 1, dps: int = 50,
-                  engine: str = "mpmath", quiet: bool = True, overrides: Mapping[str, Any] | None = None) -> str:
+                  engine: str = "mpmath", quiet: bool = True, overrides: Mapping[str, Any] | None = None,
+                  tables: list[tuple[str, dict]] | None = None) -> str:
     """Report for one full preset (e.g. ``v510-110m``, with optional field ``overrides``): a table per stage
-    over the seeds, and the certificates."""
+    over the seeds, and the certificates.  ``tables`` as in :func:`report`."""
+    tables = [] if tables is None else tables
     overrides = dict(overrides or {})
     config = PLDRConfig.preset(preset, **overrides)
     changed = "".join(f", {k}={v}" for k, v in overrides.items())
@@ -230,7 +238,8 @@ def preset_report(preset: str, seeds: Sequence[int], *, seq_len: int, batch: int
             results.append(measure_case(config, s, seq_len=seq_len, batch=batch, dps=dps, engine=engine, cert=cert,
                                         progress=progress if engine == "arb" else None))
             progress.advance(f"seed {s} compared")
-    parts += [f"### {preset}{changed}", "", format_table(pooled(results)), ""]
+    tables.append((f"{preset}{changed}", pooled(results)))
+    parts += [f"### {preset}{changed}", "", format_table(tables[-1][1]), ""]
     if cert is not None:
         parts += [cert.line(), ""]
     return "\n".join(parts)
@@ -291,12 +300,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="batch size (default 2 for the named configs, 1 with --preset)")
     parser.add_argument("--engine", choices=ENGINES, default="mpmath",
                         help="exact engine: mpmath (default) or arb (certified ball arithmetic, python-flint)")
-    parser.add_argument("--out", default=None, help="write the report to this file instead of stdout")
+    parser.add_argument("--out", default=None, help="write the report to this file instead of stdout (.json: JSON)")
+    parser.add_argument("--format", choices=FORMATS, default=None,
+                        help="markdown or json (default: json for an --out ending in .json, else markdown)")
     parser.add_argument("--quiet", action="store_true", help="no progress display on stderr")
+
+
+#: Output formats of ``pldr-ref accuracy``.
+FORMATS = ("markdown", "json")
+#: Schema name of the JSON report.
+JSON_SCHEMA = "pldr-ref-accuracy/1"
+
+
+def json_report(text: str, tables: Sequence[tuple[str, dict]]) -> str:
+    """The report as JSON: its heading lines, and per table and stage the statistics of :func:`format_table`."""
+    def row(e: dict[str, np.ndarray]) -> dict[str, Any]:
+        return {"values": int(e["ulp"].size), "max_ulp": _stat(e["ulp"], np.max),
+                "median_ulp": _stat(e["ulp"], np.median), "max_rel": _stat(e["rel"], np.max),
+                "median_rel": _stat(e["rel"], np.median), "max_normwise_rel": _stat(e["normwise"], np.max)}
+
+    lines = text.splitlines()
+    doc = {"schema": JSON_SCHEMA, "title": lines[0], "setup": lines[1],
+           "tables": [{"title": title, "stages": {s: row(e) for s, e in stats.items()}} for title, stats in tables],
+           "certification": next((ln for ln in lines if ln.startswith("certified")), None)}
+    return json.dumps(doc, indent=1, allow_nan=False)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print (or write) the report for parsed ``args``; returns the exit code."""
+    fmt = args.format or ("json" if args.out and str(args.out).lower().endswith(".json") else "markdown")
+    tables: list[tuple[str, dict]] = []
     if args.seq_len < 1 or args.dps < 1 or (args.batch is not None and args.batch < 1):
         print("error: --seq-len, --dps and --batch must be positive", file=sys.stderr)
         return 2
@@ -311,10 +344,12 @@ def run(args: argparse.Namespace) -> int:
             return 2
         text = preset_report(args.preset, args.seeds or DEFAULT_PRESET_SEEDS, seq_len=args.seq_len,
                              batch=args.batch or 1, dps=args.dps, engine=args.engine, quiet=args.quiet,
-                             overrides=dict(args.overrides))
+                             overrides=dict(args.overrides), tables=tables)
     else:
         text = report(args.configs, args.seeds or DEFAULT_SEEDS, seq_len=args.seq_len, dps=args.dps,
-                      per_config=not args.pooled_only, engine=args.engine, quiet=args.quiet)
+                      per_config=not args.pooled_only, engine=args.engine, quiet=args.quiet, tables=tables)
+    if fmt == "json":
+        text = json_report(text, tables)
     if args.out is None:
         print(text)
     else:
