@@ -2,8 +2,8 @@
 
 Without it a config such as ``num_layers=10**8`` grinds for tens of seconds through shape bookkeeping into a
 bare ``MemoryError``.  The estimates are closed-form (O(1) in the config, computed before any allocation) and
-are upper bounds of what :func:`pldr_ref.params.init_params` and :func:`pldr_ref.model.forward` allocate
-(``tests/test_hostile_size.py`` measures both with ``tracemalloc``).
+are upper bounds of what :func:`pldr_ref.params.init_params` and :func:`pldr_ref.model.forward` allocate at
+their peak, within a factor 3 (``tests/test_hostile_size.py`` measures both with ``tracemalloc``).
 
 Budget: :data:`DEFAULT_BUDGET_BYTES` (32 GiB), or the environment variable ``PLDR_REF_MEMORY_BUDGET`` -- a
 byte count with an optional K/M/G/T suffix (powers of 1024), e.g. ``PLDR_REF_MEMORY_BUDGET=200G``, or
@@ -34,6 +34,10 @@ TRACE_SCORE_ARRAYS = 2
 WORK_SCORE_ARRAYS = 2
 #: GLU hidden arrays live at once (W1 z, W2 z, their product).
 GLU_HIDDEN_ARRAYS = 3
+#: Copies of the parameters alive while they are built (the drawn arrays and the frozen copy in Params).
+PARAMS_BUILD_COPIES = 2
+#: Python objects beside the arrays (names, dicts, trace records): a fixed allowance.
+FIXED_OVERHEAD_BYTES = 2**17
 
 
 class MemoryBudgetError(ValueError):
@@ -92,6 +96,15 @@ def parameter_bytes(config: PLDRConfig) -> int:
     return FLOAT64_BYTES * parameter_count(config)
 
 
+def build_bytes(config: PLDRConfig) -> int:
+    """Upper estimate of the bytes building the parameters allocates at its peak (drawn arrays, their frozen
+    copy, one temporary of the largest tensor, a fixed allowance for Python objects)."""
+    c = config
+    largest = max(c.vocab_size * c.d_model, c.dff * c.d_model, c.d_model * c.d_model,
+                  0 if c.uses_plga_params else c.num_layers * 3 * c.num_heads * c.d_k * c.d_k)
+    return PARAMS_BUILD_COPIES * parameter_bytes(config) + FLOAT64_BYTES * largest + FIXED_OVERHEAD_BYTES
+
+
 def forward_bytes(config: PLDRConfig, batch: int, seq_len: int, *, keep_trace: bool = True) -> int:
     """Upper estimate of the bytes a float64 forward of ``batch`` x ``seq_len`` tokens allocates (the
     parameters excluded): every layer's trace when ``keep_trace`` (else one layer's), the live temporaries
@@ -104,7 +117,7 @@ def forward_bytes(config: PLDRConfig, batch: int, seq_len: int, *, keep_trace: b
     work = (WORK_SCORE_ARRAYS * b * h * s * s + GLU_HIDDEN_ARRAYS * b * s * c.dff
             + GLU_HIDDEN_ARRAYS * b * h * g * c.metric_width * max(c.A_dff, c.metric_width) + 2 * b * s * d)
     kept = c.num_layers if keep_trace else 1
-    return FLOAT64_BYTES * (kept * per_layer + work + 3 * b * s * d + 2 * b * s * c.vocab_size)
+    return FLOAT64_BYTES * (kept * per_layer + work + 3 * b * s * d + 2 * b * s * c.vocab_size) + FIXED_OVERHEAD_BYTES
 
 
 def _gib(n: int) -> str:
@@ -114,11 +127,12 @@ def _gib(n: int) -> str:
 def check_parameter_budget(config: PLDRConfig, budget: int | None = None) -> None:
     """``MemoryBudgetError`` if the parameters of ``config`` exceed the budget (see :func:`memory_budget`)."""
     limit = memory_budget(budget)
-    need = parameter_bytes(config)
+    need = build_bytes(config)
     if limit is not None and need > limit:
         raise MemoryBudgetError(
             f"config (num_layers={config.num_layers}, d_model={config.d_model}, dff={config.dff}, "
-            f"vocab_size={config.vocab_size}) needs an estimated {_gib(need)} for its float64 parameters, above "
+            f"vocab_size={config.vocab_size}) needs an estimated {_gib(need)} to build its float64 parameters "
+            f"({_gib(parameter_bytes(config))} stored), above "
             f"the memory budget of {_gib(limit)}; if the machine has the memory, raise it with "
             f"{BUDGET_ENV}=<bytes, e.g. {need // 2**30 + 1}G> (or {BUDGET_ENV}=none)")
 
