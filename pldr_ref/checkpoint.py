@@ -135,8 +135,10 @@ def sniff_format(path: str | os.PathLike[str]) -> str:
     """What the file's first bytes say it is: "npz", "npy", "safetensors", "pickle" or "unknown".
 
     A safetensors file starts with its header length (little-endian u64, at most the file size) followed by
-    ``{``.  Reads at most the first 9 bytes.
+    ``{``.  Reads at most the first 9 bytes, of a regular file only (a FIFO or device is "unknown", unopened).
     """
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        return "unknown"
     with open(path, "rb") as fh:
         head = fh.read(SAFETENSORS_PREFIX + 1)
         size = os.fstat(fh.fileno()).st_size
@@ -158,13 +160,14 @@ SUFFIX_FORMATS = {".npz": "npz", ".npy": "npy", ".safetensors": "safetensors"}
 
 def check_suffix_format(path: str | os.PathLike[str], what: str = "file") -> None:
     """``ValueError`` naming ``path`` and what its bytes are when they do not match its suffix (a safetensors
-    file renamed ``.npz`` is called a safetensors file, not "pickled objects").  Unknown suffixes pass."""
+    file renamed ``.npz`` is called a safetensors file, not "pickled objects").  Unknown suffixes pass, and so
+    do unrecognised bytes named ``.safetensors`` (:func:`read_safetensors` says what is wrong with them)."""
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     want = SUFFIX_FORMATS.get(suffix)
     if want is None:
         return
     kind = sniff_format(path)
-    if kind != want:
+    if kind != want and not (kind == "unknown" and want == "safetensors"):  # the reader names a broken header
         rename = next((s for s, k in SUFFIX_FORMATS.items() if k == kind), None)
         raise ValueError(f"{what} {os.fspath(path)!r} is named {suffix} but its bytes are {FORMAT_NAMES[kind]}"
                          + (f" (rename it to {rename})" if rename else ""))
@@ -177,6 +180,7 @@ def _read(source: str | os.PathLike[str] | Mapping[str, np.ndarray]) -> dict[str
     if not os.path.exists(path):
         raise FileNotFoundError(f"checkpoint {path!r} does not exist")
     if path.endswith(".safetensors"):
+        check_suffix_format(path, "checkpoint")
         return read_safetensors(path)
     if path.endswith(".npz"):
         check_suffix_format(path, "checkpoint")
