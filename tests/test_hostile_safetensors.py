@@ -238,3 +238,29 @@ def test_fuzz_accepts_exactly_what_the_official_package_accepts(tmp_path_factory
         assert sorted(ours) == sorted(want)
         for k in want:
             np.testing.assert_array_equal(ours[k], want[k])
+
+
+def lenient_reader(data: bytes) -> bool:
+    """A hand-written reader of the kind issue 21 replaced: JSON header, offsets inside the data, int() shapes."""
+    if len(data) < 8:
+        return False
+    (n,) = struct.unpack("<Q", data[:8])
+    try:
+        header = json.loads(data[8:8 + n])
+        body = len(data) - 8 - n
+        for name, info in header.items():
+            if name != "__metadata__":
+                lo, hi = (int(x) for x in info["data_offsets"])
+                shape = [int(d) for d in info["shape"]]
+                if not 0 <= lo <= hi <= body or hi - lo != int(np.prod(shape)) * ITEMSIZE[info["dtype"]]:
+                    return False
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return False
+    return True
+
+
+def test_negative_control_the_comparison_catches_a_lenient_reader() -> None:
+    """The verdict comparison of the fuzz test flags a reader that accepts what the package refuses."""
+    accepted = sorted(label for label, data in HOSTILE.items() if lenient_reader(data) and not official_accepts(data))
+    assert {"two tensors on the same bytes", "gap before the data", "trailing bytes", "shape 2.5",
+            "float data offsets", "__metadata__ a list"} <= set(accepted), accepted
