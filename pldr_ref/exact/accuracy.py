@@ -12,7 +12,8 @@ normwise relative error max|f64 - exact| / max|exact| per tensor.  Output is det
 architecture with ``--preset v510-110m --seq-len 16 --engine arb``: the exact values then come
 from the certified ball-arithmetic engine (:mod:`pldr_ref.exact.arb`), and the report states how
 many values are certified correctly rounded and at which working precision.  Progress goes to
-stderr (``--quiet`` silences it); ``--out PATH`` writes the report to a file instead of stdout.
+stderr (``--quiet`` silences it); ``--out PATH`` writes the report to a file instead of stdout, as JSON
+when PATH ends in ``.json`` (else markdown; ``--format json|markdown`` overrides).
 
 Run ``pldr-ref accuracy`` or ``python -m pldr_ref.exact.accuracy``.
 """
