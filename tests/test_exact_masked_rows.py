@@ -132,3 +132,13 @@ def test_enclosure_bounds_contain_the_exact_value_and_are_refused_without_balls(
     bare = forward_certified(repro_params(), REPRO_IDS, attention_mask=REPRO_MASK, keep_balls=False)
     with pytest.raises(KeyError, match="keep_balls=False"):
         bare.enclosure("logits")
+
+
+def test_accuracy_report_of_a_finfo_min_preset_at_512_bits_certifies() -> None:
+    """The path of `pldr-ref accuracy --preset ... --set mask_mode=finfo_min --engine arb` at a first precision of
+    512 bits (6 tiny layers; v510-110m starts at 768): a report with every value certified, no OverflowError."""
+    from pldr_ref.exact.accuracy import preset_report
+
+    text = preset_report("tiny", [0], seq_len=8, engine="arb", overrides={"mask_mode": "finfo_min", "num_layers": 6})
+    assert "working precision 512 bits" in text
+    assert "values (100.00 %)" in text and "uncertified" not in text
