@@ -200,8 +200,8 @@ def _silu_slope(z):
 
 
 def _make_mask_row_neg_inf(original: Callable[..., Any]) -> Callable[..., Any]:
-    def apply_mask(scores, mask, mode, mask_value=-1e9, add_dtype="float64", *, out=None):
-        logits = original(scores, mask, mode, mask_value, add_dtype, out=out)
+    def apply_mask(scores, mask, mode, *args, **kwargs):
+        logits = original(scores, mask, mode, *args, **kwargs)
         if mode != "finfo_min" or mask is None:
             return logits
         full = np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(logits)).all(axis=-1, keepdims=True)
