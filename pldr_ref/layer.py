@@ -32,9 +32,15 @@ class LayerTrace:
     x [B,S,d]; q, k [B,H,S,d_k] (pre-RoPE); q_rot [B,H,S,d_k]; k_rot, v [B,H,T,d_k];
     A0, A, A_LM, A_P, G_LM [B,H,d_k,d_k] (one more S axis before d_k,d_k with the
     cumulative Gram); scores (scaled, pre-mask) and E [B,H,S,T]; ctx, attn_out,
-    out1, ffn_out, out2 [B,S,d].  A0/A are None when frozen by a cache; A, A_LM,
-    A_P are None when G is fixed and no metric learner exists; scores is None when E was computed over them in
+    out1, ffn_out, out2 [B,S,d].  A is None without a metric learner; A_LM and A_P are None
+    when G is fixed (no PLGA parameters); scores is None when E was computed over them in
     a ``workspace`` (:func:`decoder_layer`).
+
+    Under the cache hooks of :func:`decoder_layer` (spec §8): with ``frozen_A`` (a KV cache step) A0 is
+    None and A is the cache's frozen A; with ``frozen_G`` (a G cache step) A_LM, A_P and G_LM are the
+    cache's (A_P None when the cache keeps none, as HF's buffer), while A0 and A are still computed from
+    the new rows when a metric learner exists and ``frozen_A`` is not given (both None otherwise); with the
+    cumulative Gram and ``gram_offset``, A0 is each new row's Gram including the cached rows'.
     """
 
     x: np.ndarray

@@ -95,12 +95,12 @@ def for_each_block(fn: Callable[[T], None], blocks: Sequence[T], total_bytes: in
     the worker threads.
 
     ``fn`` must write only the rows of its own block.  Worker w takes blocks w, w + n, w + 2n, ... (the calling
-    thread is worker 0); each worker runs under the caller's NumPy error state.  When a block raises (or the
-    caller is interrupted), the workers stop before their next block and the call returns only after every
-    worker has stopped, re-raising the calling thread's exception if it had one, else the first worker's (in
-    worker order).  It runs inline where threads cannot help or cannot be had: from a worker thread (a nested
-    call: no deadlock on the pool) and when the pool refuses work (interpreter shutdown, or a thread count
-    changed by another thread meanwhile).
+    thread is worker 0); each worker runs under the caller's NumPy error state and ``np.seterrcall`` callback.
+    When a block raises (or the caller is interrupted), the workers stop before their next block and the call
+    returns only after every worker has stopped, re-raising the calling thread's exception if it had one, else
+    the first worker's (in worker order).  It runs inline where threads cannot help or cannot be had: from a
+    worker thread (a nested call: no deadlock on the pool) and when the pool refuses work (interpreter shutdown,
+    or a thread count changed by another thread meanwhile).
     """
     threads = worker_count()
     workers = min(threads, len(blocks))
@@ -108,11 +108,14 @@ def for_each_block(fn: Callable[[T], None], blocks: Sequence[T], total_bytes: in
         for b in blocks:
             fn(b)
         return
-    err = np.geterr()  # NumPy's error state is per thread (1.x) or per context (2.x): hand it over explicitly
+    # NumPy's error state is per thread (1.x) or per context (2.x): hand it over explicitly, with the callback of
+    # np.seterrcall that "call" modes need (without it a worker raises NameError where the caller would call it)
+    err = np.geterr()
+    callback = np.geterrcall()
     stop = threading.Event()
 
     def run(share: Sequence[T]) -> None:
-        with np.errstate(**err):
+        with np.errstate(call=callback, **err):
             for b in share:
                 if stop.is_set():
                     return

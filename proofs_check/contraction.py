@@ -1,21 +1,27 @@
 """Contraction.lean: diam((g o f)(S)) <= K_g K_f diam(S) and diam(f^N(S)) <= K^N diam(S) (paper Prop. 5.12(i)),
-on finite point clouds with maps built from the real row-map operators: ``pldr_ref.glu.linear`` (K = ||W||_2)
-and ``pldr_ref.norms.layer_norm`` on variance-floored rows (K = ||gamma||_inf / sqrt(v0 + eps), Lem. 5.11(iv)).
+on finite point clouds with maps built from the real row-map operators: ``pldr_ref.glu.linear`` (K = ||W||_2),
+``pldr_ref.norms.layer_norm`` on variance-floored rows (K = ||gamma||_inf / sqrt(v0 + eps), Lem. 5.11(iv)) and
+the GLU gate ``pldr_ref.activations.silu`` applied entrywise (K = sup|SiLU'| ~ 1.0998, computed from the
+definition z sigma(z); the mirror also checks that the operator is that function and attains that slope).
 
 Beyond Lean: the product bound for N distinct maps (Prop. 5.12(i)-(ii)).
 """
 
 from __future__ import annotations
 
+import functools
+
+import mpmath
 import numpy as np
 from hypothesis import strategies as st
 
+from pldr_ref.activations import silu
 from pldr_ref.constants import EPS_LN
 from pldr_ref.glu import linear
 from pldr_ref.norms import layer_norm
 from proofs_check.profiles import expect_counterexample, record_ratio, run_property
 from proofs_check.registry import HYPOTHESIS, THEOREM, Check
-from proofs_check.rounding import gamma
+from proofs_check.rounding import UNIT_ROUNDOFF, gamma
 from proofs_check.strategies import seeds
 
 
@@ -29,6 +35,43 @@ def ln_lipschitz(rows: np.ndarray, gain: np.ndarray, eps: float = EPS_LN) -> flo
     """||gamma||_inf / sqrt(v0 + eps) with v0 the smallest row variance of the cloud (Lemma 5.11(iv))."""
     v0 = float(np.min(np.var(rows, axis=-1)))
     return float(np.abs(gain).max() / np.sqrt(v0 + eps))
+
+
+#: Step of the central difference that measures the operator's slope at the maximizer of SiLU' (its error is
+#: about h^2 |SiLU^(3)(u*)| / 6 ~ 1e-10, far below the 1e-6 slack; the rounding error is about u / h ~ 1e-12).
+SLOPE_STEP = 1e-4
+SLOPE_SLACK = 1e-6
+MP_DPS = 30
+
+
+@functools.lru_cache(maxsize=1)
+def silu_slope_sup() -> tuple[float, float]:
+    """(u*, sup|SiLU'|) from the definition silu(u) = u sigma(u): SiLU'(u) = sigma(u) (1 + u (1 - sigma(u))) has
+    its maximum where SiLU''(u) = sigma'(u) (2 + u (1 - 2 sigma(u))) = 0, i.e. u tanh(u / 2) = 2 (mpmath)."""
+    with mpmath.workdps(MP_DPS):
+        u = mpmath.findroot(lambda v: v * mpmath.tanh(v / 2) - 2, 2.4)
+        sig = 1 / (1 + mpmath.exp(-u))
+        return float(u), float(sig * (1 + u * (1 - sig)))
+
+
+def check_silu_is_the_definition(z: np.ndarray) -> None:
+    """The real ``silu`` is u sigma(u) (mpmath, within 8u relative) at the points ``z``: K = sup|SiLU'| is a
+    Lipschitz constant of that function, so the operator must be it."""
+    got = silu(z)
+    with mpmath.workdps(MP_DPS):
+        for u, value in zip(z.ravel().tolist(), got.ravel().tolist(), strict=True):
+            exact = mpmath.mpf(u) / (1 + mpmath.exp(-mpmath.mpf(u)))
+            assert abs(value - exact) <= 8 * UNIT_ROUNDOFF * abs(exact) + 1e-300, (u, value)
+
+
+def check_silu_attains_its_slope() -> float:
+    """The real ``silu``'s central difference at u* equals sup|SiLU'| within :data:`SLOPE_SLACK` (the constant
+    is sharp for the operator, not only an upper bound); returns the measured slope."""
+    u_star, k = silu_slope_sup()
+    h = SLOPE_STEP
+    slope = float((silu(np.array(u_star + h)) - silu(np.array(u_star - h))) / (2 * h))
+    assert abs(slope - k) <= SLOPE_SLACK, f"silu slope at {u_star:.4f} is {slope:.6f}, sup|SiLU'| = {k:.6f}"
+    return slope
 
 
 def _cloud(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -54,8 +97,13 @@ def comp_run(profile: str) -> str:
         bound = np.linalg.norm(w2, 2) * k_f * diameter(s)
         record_ratio(diameter(g_lin), bound)
         assert diameter(g_lin) <= bound * slack + 1e-12
+        check_silu_is_the_definition(fs)
+        g_silu = silu(fs)  # the GLU gate, entrywise: K_g = sup|SiLU'| in the Euclidean norm too
+        assert diameter(g_silu) <= silu_slope_sup()[1] * k_f * diameter(s) * slack + 1e-12
 
-    return run_property(profile, prop, seeds(), st.integers(2, 12), st.integers(2, 8))
+    slope = check_silu_attains_its_slope()
+    detail = run_property(profile, prop, seeds(), st.integers(2, 12), st.integers(2, 8))
+    return f"{detail}; silu slope at u* {slope:.6f} = sup|SiLU'| {silu_slope_sup()[1]:.6f}"
 
 
 def comp_control(profile: str) -> str:
@@ -146,7 +194,7 @@ def composition_control(profile: str) -> str:
     return expect_counterexample(profile, prop, seeds())
 
 
-_EX = ("pldr_ref.glu.linear", "pldr_ref.norms.layer_norm")
+_EX = ("pldr_ref.glu.linear", "pldr_ref.norms.layer_norm", "pldr_ref.activations.silu")
 CHECKS = (
     Check(
         name="diam_comp_le",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mpmath
 import numpy as np
+from hypothesis import strategies as st
 
 from pldr_ref.plga import metric_tensor, potential_tensor
 from proofs_check.profiles import expect_violation, run_property
@@ -19,18 +20,22 @@ def had_pow(a: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 
 def apply_run(profile: str) -> str:
-    """(hadPow A P)_ij = A_ij ** P_ij: within 4u of the 40-digit mpmath power (A > 0)."""
+    """(hadPow A P)_ij = A_ij ** P_ij per head: the operator on a batch of 1-2 rows x 1-3 heads, each head with its
+    own A > 0 and P, every entry within 4u of the 40-digit mpmath power of its own head's A and P."""
 
-    def prop(a: np.ndarray, seed: int) -> None:
-        a = np.abs(a) + 1e-9
-        p = np.random.default_rng(seed).normal(size=a.shape) * 3
-        got = had_pow(a, p)
+    def prop(a: np.ndarray, seed: int, batch: int, heads: int) -> None:
+        rng = np.random.default_rng(seed)
+        base = (np.abs(a) + 1e-9) * rng.uniform(0.5, 2.0, size=(batch, heads, *a.shape))  # [B, H, d, d]
+        p = rng.normal(size=(heads, *a.shape)) * 3  # [H, d, d]
+        got = potential_tensor(base, p)
+        assert got.shape == base.shape
         with mpmath.workdps(40):
-            for (i, j), value in np.ndenumerate(got):
-                exact = mpmath.mpf(a[i, j]) ** mpmath.mpf(p[i, j])
-                assert abs(value - exact) <= 4 * UNIT_ROUNDOFF * exact, (a[i, j], p[i, j])
+            for (b, h, i, j), value in np.ndenumerate(got):
+                exact = mpmath.mpf(base[b, h, i, j]) ** mpmath.mpf(p[h, i, j])
+                assert abs(value - exact) <= 4 * UNIT_ROUNDOFF * exact, (b, h, base[b, h, i, j], p[h, i, j])
 
-    return run_property(profile, prop, square_matrices(1, 6, -10.0, 10.0), seeds())
+    return run_property(profile, prop, square_matrices(1, 6, -10.0, 10.0), seeds(), st.integers(1, 2),
+                        st.integers(1, 3))
 
 
 def apply_control(profile: str) -> str:

@@ -58,7 +58,17 @@ def sdpa_run(profile: str) -> str:
         assert np.array_equal(layer.G_LM, np.broadcast_to(np.eye(learned.config.d_k), layer.G_LM.shape))
         plain = np.matmul(layer.q_rot, np.swapaxes(layer.k_rot, -1, -2)) / np.sqrt(learned.config.d_k)
         assert np.array_equal(layer.scores, plain)
-    return detail + "; identity-G model and learned PLGA with a = 0, b_a = I: scores bitwise SDPA"
+    # general a and b_a within G = I: with P = 0, A_P is the all-ones matrix 1 for every input (hadPow_zero), and
+    # b_a = I - a 1 for an integer a per head (each head its own) makes a A_P + b_a = I exactly
+    general = general_collapsed_params()
+    out = forward(general, token_batch(5, 2, 5, general.config.vocab_size))
+    for layer in out.layers:
+        assert np.array_equal(layer.A_P, np.ones_like(layer.A_P))
+        assert np.array_equal(layer.G_LM, np.broadcast_to(np.eye(general.config.d_k), layer.G_LM.shape))
+        plain = np.matmul(layer.q_rot, np.swapaxes(layer.k_rot, -1, -2)) / np.sqrt(general.config.d_k)
+        assert np.array_equal(layer.scores, plain)
+    return detail + ("; identity-G model, learned PLGA with a = 0, b_a = I, and with P = 0, integer a, "
+                     "b_a = I - a 1 per head: scores bitwise SDPA")
 
 
 def sdpa_collapsed_params():
@@ -71,6 +81,24 @@ def sdpa_collapsed_params():
             named[name] = np.zeros((c.num_heads, c.d_k, c.d_k))
         elif name.endswith("plgatt_layer.balst"):
             named[name] = np.broadcast_to(np.eye(c.d_k), (c.num_heads, c.d_k, c.d_k)).copy()
+    return params.replace(**named)
+
+
+def general_collapsed_params():
+    """The perturbed tiny model with P = 0 (A_P = 1), a per head a random small-integer matrix (not symmetric, so
+    a 1 != 1 a) and b_a = I - a 1 (exact in float64): G_LM = a A_P + b_a = I for every input."""
+    params = tiny_params(1)
+    c = params.config
+    rng = np.random.default_rng(11)
+    ones = np.ones((c.d_k, c.d_k))
+    named = {}
+    for name in params:
+        if name.endswith("plgatt_layer.pwlst"):
+            named[name] = np.zeros((c.num_heads, c.d_k, c.d_k))
+        elif name.endswith("plgatt_layer.alst"):
+            a = rng.integers(-3, 4, size=(c.num_heads, c.d_k, c.d_k)).astype(np.float64)
+            named[name] = a
+            named[name.replace("alst", "balst")] = np.eye(c.d_k) - a @ ones
     return params.replace(**named)
 
 
@@ -275,8 +303,8 @@ CHECKS = (
         negative_control=sdpa_control,
         slack="none (bitwise)",
         dropped="G = I (operator: a real G_LM head)",
-        weak="definitional (Q I K^T = Q K^T); the corollary tested is the model-level collapse: identity-G and "
-              "a = 0, b_a = I forward passes give SDPA scores bitwise",
+        weak="definitional (Q I K^T = Q K^T); the corollary tested is the model-level collapse: identity-G, "
+              "a = 0, b_a = I and (P = 0) general a, b_a = I - a 1 forward passes give SDPA scores bitwise",
     ),
     Check(
         name="absorb_operator",

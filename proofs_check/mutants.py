@@ -41,6 +41,7 @@ OPERATOR_LEAN_FILE = {
     "pldr_ref.dag.dag_loss": "DagLoss",
     "pldr_ref.inference.cache.g_cache_from_output": "InferenceCollapse",
     "pldr_ref.inference.scoring.prefix_final_row_logits": "OnlineContract",
+    "pldr_ref.activations.silu": "Contraction",
 }
 
 
@@ -180,6 +181,35 @@ def _energy_no_b_a(a_p, a, b_a):
     return np.matmul(_per_head(a, a_p), a_p)
 
 
+def _energy_right_side(a_p, a, b_a):
+    from pldr_ref.plga import _per_head
+
+    return np.matmul(a_p, _per_head(a, a_p)) + _per_head(b_a, a_p)
+
+
+def _potential_head0(a_lm, P):
+    from pldr_ref.plga import _per_head
+
+    first = np.broadcast_to(P[:1], P.shape)  # head 0's exponent for every head
+    return np.power(a_lm, _per_head(first, a_lm))
+
+
+def _silu_slope(z):
+    z = np.asarray(z, dtype=np.float64)
+    return z * expit(1.702 * z)  # the GELU approximation's slope in SiLU's place
+
+
+def _make_mask_row_neg_inf(original: Callable[..., Any]) -> Callable[..., Any]:
+    def apply_mask(scores, mask, mode, *args, **kwargs):
+        logits = original(scores, mask, mode, *args, **kwargs)
+        if mode != "finfo_min" or mask is None:
+            return logits
+        full = np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(logits)).all(axis=-1, keepdims=True)
+        return np.where(full, -np.inf, logits)  # a fully masked row as -inf (the ideal mask's convention)
+
+    return apply_mask
+
+
 def _density_scaled(q_rot):
     a0 = np.matmul(np.swapaxes(q_rot, -1, -2), q_rot) / q_rot.shape[-2]
     return 0.5 * (a0 + np.swapaxes(a0, -1, -2))
@@ -316,6 +346,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("p_transposed", "pldr_ref.plga.potential_tensor", "A_LM^(o P^T)", _replace(_potential_p_transposed)),
     Mutant("p_abs", "pldr_ref.plga.potential_tensor", "A_LM^(o |P|)", _replace(_potential_abs_exponent)),
     Mutant("b_a_dropped", "pldr_ref.plga.energy_curvature", "G_LM = a A_P (b_a dropped)", _replace(_energy_no_b_a)),
+    Mutant("energy_right_side", "pldr_ref.plga.energy_curvature", "G_LM = A_P a + b_a (a on the wrong side)",
+           _replace(_energy_right_side)),
+    Mutant("p_head0", "pldr_ref.plga.potential_tensor", "every head raised to head 0's P",
+           _replace(_potential_head0)),
+    Mutant("silu_slope", "pldr_ref.activations.silu", "silu(z) = z sigma(1.702 z)", _replace(_silu_slope)),
+    Mutant("finfo_min_row_neg_inf", "pldr_ref.attention.apply_mask", "a fully masked finfo_min row is -inf",
+           _make_mask_row_neg_inf),
     Mutant("gram_scaled", "pldr_ref.density.density_operator", "A0 = Q^T Q / S", _replace(_density_scaled)),
     Mutant("gram_rows", "pldr_ref.density.density_operator", "A0 = Q Q^T (rows' Gram)", _replace(_density_outer_rows)),
     Mutant("softmax_no_max", "pldr_ref.attention.masked_softmax", "no max subtraction", _softmax_variant("no_max")),

@@ -114,15 +114,26 @@ def softmax_pos_control(profile: str) -> str:
     return expect_violation(bool(np.any(p == 0.0)), f"weights {p}")
 
 
-def sum_one_run(profile: str) -> str:
-    """[n>=1] |sum_i softmax(x)_i - 1| <= gamma(n+4)."""
+#: Mask modes whose masked logits are finite reals (x + mask_value, x + finfo.min): softmax_sum_one applies to
+#: every row of them, a fully masked row included (n >= 1 is the only hypothesis).
+FINITE_MASK_MODES = ("additive", "finfo_min")
 
-    def prop(x: np.ndarray) -> None:
+
+def sum_one_run(profile: str) -> str:
+    """[n>=1] |sum_i softmax(x)_i - 1| <= gamma(n+4), for x drawn directly and for the finite masked logits
+    x + mask_value / x + finfo.min of ``apply_mask`` under any mask, fully masked rows included."""
+
+    def prop(x: np.ndarray, forbidden_seed: int) -> None:
         err = abs(softmax(x).sum() - 1.0)
         record_ratio(err, gamma(x.size + 4))
         assert err <= gamma(x.size + 4)
+        rng = np.random.default_rng(forbidden_seed)
+        allowed = rng.random(x.size) < rng.choice([0.0, 0.5, 1.0])  # none, some or all keys masked
+        for mode in FINITE_MASK_MODES:
+            total = masked(x, allowed, mode).sum()
+            assert abs(total - 1.0) <= gamma(x.size + 4), (mode, int(allowed.sum()), total)
 
-    return run_property(profile, prop, vectors(1, 64, -1e3, 1e3))
+    return run_property(profile, prop, vectors(1, 64, -1e3, 1e3), st.integers(0, 2**32 - 1))
 
 
 def sum_one_control(profile: str) -> str:
@@ -500,7 +511,7 @@ CHECKS = (
         paper="Prop. 3.12",
         label=THEOREM,
         method=(HYPOTHESIS,),
-        exercises=_SOFTMAX,
+        exercises=_MASKED,
         run=sum_one_run,
         negative_control=sum_one_control,
         slack="gamma(n+4)",

@@ -34,6 +34,55 @@ def _module_name(filename: str) -> str | None:
     return ".".join(["pldr_ref", *parts])
 
 
+def _functions_of(owner: Any, prefix: str, module: str, seen: set[int]) -> Iterator[tuple[Any, str]]:
+    """(function, qualname) of every function defined in ``module`` reachable from ``owner``'s namespace:
+    module-level functions, methods (static, class, properties) and those of nested classes."""
+    if id(owner) in seen:
+        return
+    seen.add(id(owner))
+    for name, value in vars(owner).items():
+        target = value
+        if isinstance(target, (staticmethod, classmethod)):
+            target = target.__func__
+        if isinstance(target, property):
+            for accessor in (target.fget, target.fset, target.fdel):
+                if accessor is not None and getattr(accessor, "__module__", None) == module:
+                    yield accessor, f"{prefix}{name}"
+            continue
+        while hasattr(target, "__wrapped__"):  # functools.wraps: the code that runs is the wrapped one's too
+            if getattr(target, "__module__", None) == module and hasattr(target, "__code__"):
+                yield target, f"{prefix}{name}"
+            target = target.__wrapped__
+        if getattr(target, "__module__", None) != module:
+            continue
+        if isinstance(target, type):
+            yield from _functions_of(target, f"{prefix}{name}.", module, seen)
+        elif hasattr(target, "__code__"):
+            yield target, f"{prefix}{name}"
+
+
+def _qualname_without_co_qualname(code: Any, module: str) -> str:
+    """A function's qualified name found from its module (Python 3.10 code objects have no ``co_qualname``).
+
+    Functions and methods reachable from the module namespace are matched by (name, first line); anything else
+    (a closure, a lambda) is named ``<local>.name``, which :meth:`Tracer.public_called` leaves out as Python 3.11's
+    ``outer.<locals>.name`` is.
+    """
+    mod = sys.modules.get(module)
+    if mod is not None:
+        key = (code.co_name, code.co_firstlineno)
+        for fn, qualname in _functions_of(mod, "", module, set()):
+            if (fn.__code__.co_name, fn.__code__.co_firstlineno) == key:
+                return qualname
+    return f"<local>.{code.co_name}"
+
+
+def qualified_name(code: Any, module: str) -> str:
+    """The qualified name of ``code``: ``co_qualname`` (Python >= 3.11), else looked up in ``module``."""
+    qualname = getattr(code, "co_qualname", None)
+    return qualname if qualname is not None else _qualname_without_co_qualname(code, module)
+
+
 #: Code objects of stand-in functions (operator mutants) -> the pldr_ref operator they replace.
 ALIASES: dict[CodeType, str] = {}
 
@@ -57,7 +106,7 @@ class Tracer:
             return self._names[code]
         except KeyError:
             module = _module_name(code.co_filename)
-            name = None if module is None else f"{module}.{code.co_qualname}"
+            name = None if module is None else f"{module}.{qualified_name(code, module)}"
             self._names[code] = name
             return name
 

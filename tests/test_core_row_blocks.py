@@ -127,6 +127,25 @@ def test_workers_run_under_the_callers_error_state(tiny_blocks) -> None:
             rb.for_each_block(fn, range(6), total_bytes=1)  # no warning from any thread
 
 
+def test_workers_call_the_callers_error_callback(tiny_blocks) -> None:
+    """errstate(divide="call") with the caller's np.seterrcall callback: every block, on every thread, calls it
+    (a worker without the callback raises NameError: 'Callback function is not set')."""
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def on_error(kind: str, flag: int) -> None:
+        with lock:
+            calls.append(kind)
+
+    def fn(i: int) -> None:
+        np.float64(1.0) / np.zeros(1)
+
+    with np.errstate(divide="call", call=on_error):
+        rb.for_each_block(fn, range(6), total_bytes=1)
+        assert np.geterrcall() is on_error
+    assert calls == ["divide by zero"] * 6
+
+
 def test_nested_calls_and_a_refusing_pool_run_inline(tiny_blocks, monkeypatch) -> None:
     out = np.zeros((4, 4))
 

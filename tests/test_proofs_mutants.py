@@ -51,3 +51,18 @@ def test_variance_bug_is_caught_by_layernorm_mirrors():
 def test_every_mutant_is_caught_by_its_own_operator_mirrors():
     results = run_mutants("ci")
     assert all(r.caught for r in results), [r.mutant.name for r in results if not r.caught]
+
+
+#: Operator bugs `pldr-ref prove` used to pass (issue 20 item 11) -> the mirror that now catches each.
+ISSUE20_MUTANTS = {
+    "silu_slope": "diam_comp_le",
+    "energy_right_side": "score_sdpa_special_case",
+    "p_head0": "hadPow_apply",
+    "finfo_min_row_neg_inf": "softmax_sum_one",
+}
+
+
+@pytest.mark.parametrize(("name", "mirror"), list(ISSUE20_MUTANTS.items()))
+def test_issue20_operator_bugs_are_caught(name: str, mirror: str) -> None:
+    [result] = [r for r in run_mutants("ci", only=name) if r.mutant.name == name]
+    assert result.caught and mirror in result.caught_by, result.caught_by

@@ -125,7 +125,7 @@ def exact_trace(params: Any, ids: np.ndarray, *, engine: str, dps: int, cert: Ce
         return exact_forward(params, ids, dps=dps, guard=True)
     from pldr_ref.exact.arb import forward_certified
 
-    res = forward_certified(params, ids, on_stage=None if progress is None else progress.advance)
+    res = forward_certified(params, ids, on_stage=None if progress is None else progress.advance, keep_balls=False)
     if cert is not None:
         cert.add(res)
     return res.values

@@ -4,6 +4,13 @@ If every value rounds to the same binary64 number at both precisions, the workin
 was enough for correct rounding (barring a value within 10^-2dps of a rounding boundary at
 both precisions, which the doubling makes vanishingly unlikely).  Otherwise the first stage
 (in forward order) that differs is reported.
+
+The doubling can only see errors that shrink with the precision.  An error that is the same at
+``dps`` and ``2 * dps`` - a sum that loses every bit of a small term at both precisions, and a
+cancellation that then leaves nothing - passes it.  The engine therefore never rounds where that
+can happen: masked logits score + mask_value / finfo.min and the softmax shift x - max are formed
+exactly (:func:`pldr_ref.exact.ops.masked_logit`, :func:`pldr_ref.exact.ops.softmax_row`), so every
+rounding error left scales with 10^-dps and shrinks at ``2 * dps``.
 """
 
 from __future__ import annotations

@@ -110,26 +110,34 @@ def softmax_row(logits: Vector) -> Vector:
 
     -inf entries get exactly 0; an all -inf row is all zeros (the float64 tier's convention).
     Max subtraction is kept only to make e^{x - m} well scaled; it does not change the value.
+    x - m is formed exactly (no rounding): a row of masked logits score + finfo.min (exact, see
+    :func:`masked_logit`) differs from its maximum by the scores alone, and a rounded difference would
+    cancel to 0 at every working precision below ~330 digits, a uniform row the dps / 2 dps guard cannot see.
     """
     finite = [x for x in logits if mpmath.isfinite(x)]
     if not finite:
         return [mpf(0)] * len(logits)
     m = max(finite)
-    e = [mpmath.exp(x - m) if mpmath.isfinite(x) else mpf(0) for x in logits]
+    e = [mpmath.exp(mpmath.fsub(x, m, exact=True)) if mpmath.isfinite(x) else mpf(0) for x in logits]
     z = mpmath.fsum(e)
     return [ei / z for ei in e]
 
 
 def masked_logit(score: mpf, masked: bool, mode: str, mask_value: mpf, finfo_min: mpf) -> mpf:
-    """Masked logit (spec §7): ideal -> -inf; additive -> score + mask_value; finfo_min -> score + finfo.min."""
+    """Masked logit (spec §7): ideal -> -inf; additive -> score + mask_value; finfo_min -> score + finfo.min.
+
+    The sums are exact (an ``mpf`` of as many bits as they need), not rounded to the working precision:
+    rounded, score + finfo.min (|finfo.min| ~ 2^1024) keeps nothing of the score below ~330 digits, and a
+    fully masked row, whose softmax is the softmax of its scores, would come out uniform at dps and 2 dps alike.
+    """
     if not masked:
         return score
     if mode == "ideal":
         return mpmath.mp.ninf
     if mode == "additive":
-        return score + mask_value
+        return mpmath.fadd(score, mask_value, exact=True)
     if mode == "finfo_min":
-        return score + finfo_min
+        return mpmath.fadd(score, finfo_min, exact=True)
     raise ValueError(f"mask_mode must be one of ('ideal', 'additive', 'finfo_min'), got {mode!r}")
 
 

@@ -182,20 +182,65 @@ def round_balls(x: np.ndarray, *, nonneg: bool = False) -> tuple[np.ndarray, np.
     return vals.reshape(x.shape), ok.reshape(x.shape)
 
 
+def _log2_abs(man: int, exp: int) -> tuple[int, float]:
+    """log2|man 2^exp| as (integer part, fraction in [-1, 0)), without converting the exponent to a float.
+
+    Arb exponents are unbounded integers: e^(-1.8e308) has a binary exponent near -2.6e308, which no
+    float holds; the integer part stays a Python int so that such balls compare and subtract exactly.
+    """
+    m = abs(man)
+    top = m.bit_length()
+    return exp + top, math.log2(m) - top
+
+
+def _bits_to_float(whole: int, frac: float) -> float:
+    """whole + frac as a float, +-inf beyond the float range (a difference of two unbounded exponents)."""
+    if abs(whole) > 1 << 1000:
+        return math.inf if whole > 0 else -math.inf
+    return float(whole) + frac
+
+
 def accuracy_bits(x: np.ndarray) -> float:
-    """Normwise accuracy of a ball tensor: -log2(max radius / max |midpoint|) (inf if all exact)."""
-    rad = -math.inf
-    mag = -math.inf
+    """Normwise accuracy of a ball tensor: -log2(max radius / max |midpoint|) (inf if all exact).
+
+    -inf when some ball is not finite or no midpoint is non-zero while some radius is; exponents of
+    any size (e^(-1.8e308) under a finfo.min mask) are handled exactly (+-inf beyond the float range).
+    """
+    rad: tuple[int, float] | None = None
+    mag: tuple[int, float] | None = None
     for v in x.reshape(-1).tolist():
         if not v.is_finite():
             return -math.inf
         r_m, r_e = v.rad().man_exp()
         m_m, m_e = v.mid().man_exp()
         if int(r_m):
-            rad = max(rad, math.log2(int(r_m)) + int(r_e))
+            r = _log2_abs(int(r_m), int(r_e))
+            rad = r if rad is None else max(rad, r)
         if int(m_m):
-            mag = max(mag, math.log2(abs(int(m_m))) + int(m_e))
-    return math.inf if rad == -math.inf else mag - rad
+            m = _log2_abs(int(m_m), int(m_e))
+            mag = m if mag is None else max(mag, m)
+    if rad is None:
+        return math.inf
+    if mag is None:
+        return -math.inf
+    return _bits_to_float(mag[0] - rad[0], mag[1] - rad[1])
+
+
+def outward_bounds(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(RD(lower end), RU(upper end)) of every ball of ``x`` as float64 arrays: a float64 interval that contains
+    the ball, hence the real it encloses (-inf / +inf for a ball that is not finite)."""
+    flat = x.reshape(-1).tolist()
+    lo = np.empty(len(flat), dtype=np.float64)
+    hi = np.empty(len(flat), dtype=np.float64)
+    for i, v in enumerate(flat):
+        if not v.is_finite():
+            lo[i], hi[i] = -math.inf, math.inf
+            continue
+        lo_m, lo_e = v.lower().man_exp()
+        hi_m, hi_e = v.upper().man_exp()
+        lo[i] = round_mpf(_mpf(int(lo_m), int(lo_e)), mode="down")
+        hi[i] = round_mpf(_mpf(int(hi_m), int(hi_e)), mode="up")
+    return lo.reshape(x.shape), hi.reshape(x.shape)
 
 
 def round_ball_to_float32(v: arb) -> arb | None:

@@ -211,10 +211,12 @@ def check_arb_supports(config: PLDRConfig) -> None:
 
 def forward_certified(params: Params, token_ids: Any, *, start_pos: int = 0, attention_mask: Any = None,
                       pad_masking: bool = True, prec: int | None = None, max_prec: int = DEFAULT_MAX_PREC,
-                      on_stage: Callable[[str], None] | None = None) -> Certified:
+                      on_stage: Callable[[str], None] | None = None, keep_balls: bool = True) -> Certified:
     """Certified arb forward: every trace entry rounded to float64 with a per-value certificate.
 
     ``prec`` (bits) defaults to :func:`initial_precision`; Ziv's strategy raises it up to ``max_prec``.
+    The result carries each value's enclosing ball (:attr:`Certified.balls`, :meth:`Certified.enclosure`)
+    unless ``keep_balls=False``.
     """
     if not isinstance(params, Params):
         raise TypeError(f"params must be a pldr_ref.Params, got {type(params).__name__}")
@@ -231,7 +233,7 @@ def forward_certified(params: Params, token_ids: Any, *, start_pos: int = 0, att
         return forward_stages(params, ids, start_pos=start_pos, key_padding=key_padding, final=final)
 
     return certify(compute, prec=p0, max_prec=max(max_prec, p0), total_stages=len(trace_names(c)),
-                   on_stage=on_stage)
+                   on_stage=on_stage, keep_balls=keep_balls)
 
 
 def forward(params: Params, token_ids: Any, *, start_pos: int = 0, attention_mask: Any = None,
@@ -243,7 +245,7 @@ def forward(params: Params, token_ids: Any, *, start_pos: int = 0, attention_mas
     ``FloatingPointError`` if a correctly rounded value overflows float64 (as the mpmath engine does).
     """
     res = forward_certified(params, token_ids, start_pos=start_pos, attention_mask=attention_mask,
-                            pad_masking=pad_masking, prec=prec, max_prec=max_prec)
+                            pad_masking=pad_masking, prec=prec, max_prec=max_prec, keep_balls=False)
     if not res.all_certified:
         raise UncertifiedError(res)
     for name, arr in res.values.items():

@@ -280,6 +280,9 @@ def masked_softmax(scores: np.ndarray, mask: np.ndarray | None, mode: str, mask_
     ``mask`` bool, broadcastable to ``scores`` (True = forbidden): ``ideal`` gives the key weight 0
     (an all-masked row is all zeros), ``additive`` adds mask_value, ``finfo_min`` adds finfo.min.
     The row maximum of the midpoints is subtracted first (an exact shift; the value is unchanged).
+    A row whose every key is masked gets the same constant added to every logit, so its softmax is the
+    softmax of its scores exactly: the constant is left out there (added and then cancelled in ball
+    arithmetic, finfo.min ~ 2^1024 would widen every ball of the row by 2^(1024 - prec)).
     """
     if mode not in ("ideal", "additive", "finfo_min"):
         raise ValueError(f"mask_mode must be one of ('ideal', 'additive', 'finfo_min'), got {mode!r}")
@@ -288,7 +291,8 @@ def masked_softmax(scores: np.ndarray, mask: np.ndarray | None, mode: str, mask_
     logits = scores
     if mode != "ideal" and m.any():
         shift = ball(mask_value if mode == "additive" else finfo_min)
-        logits = np.where(m, scores + shift, scores)
+        shifted = m & ~m.all(axis=-1, keepdims=True)  # fully masked rows: softmax(scores + c) = softmax(scores)
+        logits = np.where(shifted, scores + shift, scores)
     allowed = ~m if mode == "ideal" else np.ones(scores.shape, dtype=bool)
     return softmax_rows(logits, allowed)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from pldr_ref.exact.arb.balls import accuracy_bits, round_balls, working_precision
+from pldr_ref.exact.arb.balls import accuracy_bits, outward_bounds, round_balls, working_precision
 from pldr_ref.exact.arb.stages import NeedPrecisionError
 
 #: Default first working precision (bits) of an op-level computation.
@@ -54,12 +54,30 @@ class Certified:
     ``values``: stage name -> float64 array (correctly rounded where certified); ``certified``:
     stage name -> bool array; ``accuracy``: stage name -> normwise accuracy bits of its balls at the
     final precision; ``attempts``: the precisions tried.
+
+    ``balls``: the enclosures themselves, stage name -> NumPy ``object`` array (same shape as the
+    values) of ``flint.arb`` balls [midpoint +- radius] of the accepted attempt, each provably
+    containing the exact real value (``ball.mid()``, ``ball.rad()``, ``ball.lower()``, ``ball.upper()``
+    are exact ``arb`` numbers); empty when the computation was run with ``keep_balls=False``.
+    :meth:`enclosure` gives them as float64 bounds.
     """
 
     values: dict[str, np.ndarray]
     certified: dict[str, np.ndarray]
     accuracy: dict[str, float]
     attempts: list[Attempt]
+    balls: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def enclosure(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) float64 arrays of stage ``name``: each ball's lower end rounded down and upper end
+        rounded up, so lower <= exact value <= upper (+-inf for a ball that is not finite or beyond float64).
+
+        ``KeyError`` names the stage when the balls were not kept (``keep_balls=False``) or it does not exist.
+        """
+        if name not in self.balls:
+            why = "no balls were kept (keep_balls=False)" if not self.balls else f"stages: {sorted(self.balls)}"
+            raise KeyError(f"no enclosure for stage {name!r}: {why}")
+        return outward_bounds(self.balls[name])
 
     @property
     def prec(self) -> int:
@@ -95,11 +113,13 @@ def next_precision(prec: int, lost_bits: float, done: int, total: int, max_prec:
 
 
 def certify(compute: Compute, *, prec: int = DEFAULT_PREC, max_prec: int = DEFAULT_MAX_PREC,
-            total_stages: int | None = None, on_stage: Callable[[str], None] | None = None) -> Certified:
+            total_stages: int | None = None, on_stage: Callable[[str], None] | None = None,
+            keep_balls: bool = True) -> Certified:
     """Run ``compute`` under Ziv's strategy from ``prec`` up to ``max_prec`` bits (see the module docstring).
 
     ``total_stages`` (for the precision projection) defaults to the stage count of the last attempt;
-    ``on_stage(name)`` is called after each stage of each attempt (progress display).
+    ``on_stage(name)`` is called after each stage of each attempt (progress display); ``keep_balls``
+    keeps the accepted attempt's balls on :attr:`Certified.balls` (False saves their memory).
     """
     if isinstance(prec, bool) or not isinstance(prec, int) or prec < 2:
         raise ValueError(f"prec must be an int >= 2, got {prec!r}")
@@ -112,6 +132,7 @@ def certify(compute: Compute, *, prec: int = DEFAULT_PREC, max_prec: int = DEFAU
         values: dict[str, np.ndarray] = {}
         certified: dict[str, np.ndarray] = {}
         accuracy: dict[str, float] = {}
+        kept: dict[str, np.ndarray] = {}
         start = time.monotonic()
         stopped: str | None = None
         suggested: int | None = None
@@ -125,6 +146,8 @@ def certify(compute: Compute, *, prec: int = DEFAULT_PREC, max_prec: int = DEFAU
                         ok[...] = False
                     acc = accuracy_bits(bl)
                     values[name], certified[name], accuracy[name] = vals, ok, acc
+                    if keep_balls:
+                        kept[name] = bl
                     if on_stage is not None:
                         on_stage(name)
                     if not final and not ok.all():
@@ -140,7 +163,7 @@ def certify(compute: Compute, *, prec: int = DEFAULT_PREC, max_prec: int = DEFAU
                 stages.close()
         attempts.append(Attempt(prec, stopped, time.monotonic() - start))
         if stopped is None:
-            return Certified(values, certified, accuracy, attempts)
+            return Certified(values, certified, accuracy, attempts, kept)
         done = len(values)
         total = seen_total if seen_total is not None else max(done, 1)
         if suggested is not None:  # the computation projected its own need: trust it (at least one step up)
