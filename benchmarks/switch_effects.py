@@ -23,12 +23,14 @@ from pldr_ref.params import Params
 from pldr_ref.rope import RopeTable, rope_angles
 
 SWITCHES: tuple[tuple[str, dict[str, object]], ...] = (
-    ("rope_table=float32 (rope_arithmetic=float64)", {"rope_table": "float32", "rope_arithmetic": "float64"}),
+    ("rope_table=float32 (rope_arithmetic=float64)", {"rope_precision": "float32", "rope_table": "float32",
+                                                      "rope_arithmetic": "float64"}),
     ("rope_table=keras-0.6.4", {"rope_table": "keras-0.6.4"}),
     ("rope_table=explicit (float32 table, 20% entries +1 ulp)", {"rope_table": "explicit"}),
-    ("rope_arithmetic=float32 (float32 table)", {"rope_table": "float32", "rope_arithmetic": "float32"}),
+    ("rope_arithmetic=float32 (float32 table)", {"rope_precision": "float32", "rope_table": "float32",
+                                                  "rope_arithmetic": "float32"}),
     ("rope_arithmetic=float64_qk_f32 (float32 table)",
-     {"rope_table": "float32", "rope_arithmetic": "float64_qk_f32"}),
+     {"rope_precision": "float32", "rope_table": "float32", "rope_arithmetic": "float64_qk_f32"}),
     ("score_scale=float32", {"score_scale": "float32"}),
     ("score_scale=reciprocal", {"score_scale": "reciprocal"}),
     ("mask_mode=additive", {"mask_mode": "additive"}),
