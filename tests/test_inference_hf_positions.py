@@ -12,16 +12,9 @@ import pytest
 from core_support import model_params, rel_diff, token_ids
 
 from pldr_ref import PLDRConfig
+from pldr_ref.inference import modes
 from pldr_ref.inference.generation import generate
-from pldr_ref.inference.modes import (
-    HF_CURRENT_TRANSFORMERS,
-    HF_MODES,
-    InferenceMode,
-    advance,
-    hf_position_ids,
-    prefill,
-    resolve_mode,
-)
+from pldr_ref.inference.modes import InferenceMode, advance, hf_position_ids, prefill, resolve_mode
 
 TINY = PLDRConfig.preset("tiny")
 
@@ -38,8 +31,8 @@ def _left_padded(cfg: PLDRConfig, seed: int) -> tuple[object, np.ndarray, np.nda
 # ----------------------------------------------------------------------------- item 3
 def test_hf_position_ids_follow_the_named_transformers_version() -> None:
     mask = np.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
-    assert HF_CURRENT_TRANSFORMERS == "5.x"
     np.testing.assert_array_equal(hf_position_ids([[0, 0, 1, 1, 1]]), [[0, 0, 0, 1, 2]])  # 5.x, the default
+    assert modes.HF_CURRENT_TRANSFORMERS == "5.x"
     np.testing.assert_array_equal(hf_position_ids(mask, "5.x"), [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]])
     np.testing.assert_array_equal(hf_position_ids(mask, "4.x"), [[1, 1, 0, 1, 2], [0, 1, 2, 3, 4]])
     with pytest.raises(ValueError, match=r"transformers='6\.x' is not one of"):
@@ -54,7 +47,7 @@ def test_hf_generate_modes_are_named_by_version_and_default_to_the_current_relea
     assert first.cache_first_G and first.hf_positions == "5.x" and first.cached_mask == "causal"
     assert resolve_mode("hf-generate-4.x-first-G").cache_first_G
     assert resolve_mode("hf-first-G").cache_first_G and resolve_mode("hf-first-G").hf_positions is None
-    assert set(HF_MODES) >= {"hf", "hf-first-G", "hf-generate", "hf-generate-first-G"}
+    assert set(modes.HF_MODES) >= {"hf", "hf-first-G", "hf-generate", "hf-generate-first-G"}
     with pytest.raises(ValueError, match=r"unknown inference mode 'hf-generate-3\.x'"):
         resolve_mode("hf-generate-3.x")
     with pytest.raises(ValueError, match="hf_positions must be None or a transformers version"):

@@ -11,14 +11,19 @@ import numpy as np
 import pytest
 from core_support import model_params, rel_diff, token_ids
 
-from pldr_ref import PLDRConfig, forward
-from pldr_ref.attention import SoftmaxKernel, attention_weights, softmax_float32
+from pldr_ref import PLDRConfig, attention, forward
+from pldr_ref.attention import attention_weights, softmax_float32
 from pldr_ref.constants import FINFO_MIN_F64
 from pldr_ref.inference.generation import generate
 from pldr_ref.params import Params
 
 TINY = PLDRConfig.preset("tiny")
 EAGER = TINY.emulate("hf-eager")
+
+
+def _kernel(fn: object, name: str = "user") -> object:
+    """The SoftmaxKernel under test (read at call time, so each test fails on its own where it is missing)."""
+    return attention.SoftmaxKernel(fn, name)
 
 
 def _correctly_rounded(l32: np.ndarray) -> np.ndarray:
@@ -47,9 +52,9 @@ def test_kernel_replaces_the_float32_softmax_and_is_used() -> None:
     params, ids, mask = _inputs(1)
     ref = forward(params, ids, attention_mask=mask)
     exp_params = Params(_explicit(EAGER), dict(params.items()))
-    same = forward(exp_params, ids, attention_mask=mask, softmax_kernel=SoftmaxKernel(_correctly_rounded))
+    same = forward(exp_params, ids, attention_mask=mask, softmax_kernel=_kernel(_correctly_rounded))
     np.testing.assert_array_equal(same.logits, ref.logits)  # the kernel is softmax_precision="float32" itself
-    moved = forward(exp_params, ids, attention_mask=mask, softmax_kernel=SoftmaxKernel(_one_ulp_up, "up"))
+    moved = forward(exp_params, ids, attention_mask=mask, softmax_kernel=_kernel(_one_ulp_up, "up"))
     e_ref, e_up = ref.layers[0].E, moved.layers[0].E
     allowed = e_ref > 0
     np.testing.assert_array_equal(e_up[allowed], np.nextafter(e_ref[allowed].astype(np.float32),
@@ -66,7 +71,7 @@ def test_kernel_flows_through_generation() -> None:
         calls.append(l32.shape)
         return _correctly_rounded(l32)
 
-    got = generate(exp_params, ids, 3, mode="hf", attention_mask=mask, softmax_kernel=SoftmaxKernel(counting))
+    got = generate(exp_params, ids, 3, mode="hf", attention_mask=mask, softmax_kernel=_kernel(counting))
     want = generate(params, ids, 3, mode="hf", attention_mask=mask)
     np.testing.assert_array_equal(got.step_logits, want.step_logits)
     assert len(calls) >= 3 * EAGER.num_layers  # prompt pass and two cached steps, every layer
@@ -74,22 +79,22 @@ def test_kernel_flows_through_generation() -> None:
 
 def test_kernel_and_switch_must_agree() -> None:
     params, ids, mask = _inputs(3)
-    kernel = SoftmaxKernel(_correctly_rounded)
+    kernel = _kernel(_correctly_rounded)
     with pytest.raises(ValueError, match="SoftmaxKernel was given but softmax_precision='float32'"):
         forward(params, ids, attention_mask=mask, softmax_kernel=kernel)
     exp_params = Params(_explicit(EAGER), dict(params.items()))
     with pytest.raises(ValueError, match="softmax_precision='explicit' needs a SoftmaxKernel"):
         forward(exp_params, ids, attention_mask=mask)
     with pytest.raises(TypeError, match="callable"):
-        SoftmaxKernel("softmax")  # type: ignore[arg-type]
+        _kernel("softmax")  # type: ignore[arg-type]
 
 
 def test_kernel_output_is_checked() -> None:
     logits = np.zeros((1, 1, 2, 3))
-    bad64 = SoftmaxKernel(lambda l32: np.full(l32.shape, 1 / 3), "float64-out")
+    bad64 = _kernel(lambda l32: np.full(l32.shape, 1 / 3), "float64-out")
     with pytest.raises(ValueError, match="must return float32 weights of shape"):
         attention_weights(logits, None, precision="explicit", kernel=bad64)
-    bad_shape = SoftmaxKernel(lambda l32: np.zeros((3,), dtype=np.float32), "shape")
+    bad_shape = _kernel(lambda l32: np.zeros((3,), dtype=np.float32), "shape")
     with pytest.raises(ValueError, match=r"shape \(1, 1, 2, 3\)"):
         attention_weights(logits, None, precision="explicit", kernel=bad_shape)
 
@@ -102,7 +107,7 @@ def test_kernel_sees_rn32_logits_with_minus_inf_for_finfo_min() -> None:
         return _correctly_rounded(l32)
 
     logits = np.array([[[[0.1, FINFO_MIN_F64, 2.0]]]])
-    attention_weights(logits, None, precision="explicit", kernel=SoftmaxKernel(spy))
+    attention_weights(logits, None, precision="explicit", kernel=_kernel(spy))
     assert seen[0].dtype == np.float32
     np.testing.assert_array_equal(seen[0], np.array([[[[np.float32(0.1), -np.inf, 2.0]]]], dtype=np.float32))
 
@@ -118,7 +123,7 @@ def test_exact_tier_refuses_an_explicit_kernel() -> None:
 @pytest.mark.torch
 def test_torch_softmax_replayed_bit_for_bit_and_its_distance_to_the_correctly_rounded_one() -> None:
     torch = pytest.importorskip("torch", reason="replays torch's float32 softmax")
-    kernel = SoftmaxKernel(lambda l32: torch.softmax(torch.from_numpy(l32), dim=-1).numpy(), "torch")
+    kernel = _kernel(lambda l32: torch.softmax(torch.from_numpy(l32), dim=-1).numpy(), "torch")
     logits = np.random.default_rng(0).standard_normal((1000, 9)) * 6  # the issue's measurement (docs/equations.md)
     logits[0] = FINFO_MIN_F64  # a fully masked HF eager row: NaN in torch and in the replay
     want = torch.nn.functional.softmax(torch.from_numpy(logits), dim=-1, dtype=torch.float32).double().numpy()
