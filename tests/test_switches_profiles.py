@@ -188,3 +188,29 @@ def test_docs_no_longer_claim_tf_tables_are_the_same_float32_roundings() -> None
     text = (Path(__file__).resolve().parents[1] / "docs" / "equations.md").read_text(encoding="utf-8")
     assert "same sequence of float32 roundings" not in text
     assert "not correctly rounded" in text and "RopeTable.from_rotate_half" in text
+
+
+@pytest.mark.torch
+def test_rope_table_helpers_take_torch_tensors_as_they_are() -> None:
+    torch = pytest.importorskip("torch", reason="framework arrays as they come")
+    d_k, p = TINY.d_k, TINY.max_seq_len
+    theta = 1.0 / (10000 ** (torch.arange(0, d_k, 2)[: d_k // 2].float() / d_k))  # torchtune rope_init
+    idx = torch.einsum("i,j->ij", torch.arange(p, dtype=theta.dtype), theta).float()
+    cache = torch.stack([torch.cos(idx), torch.sin(idx)], dim=-1)  # torchtune build_rope_cache
+    tt = RopeTable.from_torchtune_cache(cache)
+    np.testing.assert_array_equal(tt.cos, torch.cos(idx).double().numpy())
+    np.testing.assert_array_equal(RopeTable.from_torchtune_cache(cache.double()).sin, tt.sin)  # after .double()
+    emb = torch.cat((idx, idx), dim=-1)[None]  # HF PldrllmRotaryEmbedding: [1, P, d_k]
+    hf = RopeTable.from_rotate_half(emb.cos(), emb.sin())
+    np.testing.assert_array_equal(hf.cos, tt.cos)
+    np.testing.assert_array_equal(hf.sin, tt.sin)
+    # pt-v510-double with torch's table: q_rot is torchtune's forward after model.double(), bit for bit
+    cfg = TINY.emulate("pt-v510-double")
+    params = model_params(cfg, 7)
+    ids = token_ids(cfg, 1, 6, 7)
+    layer = forward(params, ids, rope_table=tt).layers[0]
+    x = torch.from_numpy(layer.q).float().reshape(*layer.q.shape[:-1], -1, 2)  # x.float()
+    c = cache.double()[: ids.shape[1]].view(1, 1, ids.shape[1], d_k // 2, 2)  # the float64 buffer
+    want = torch.stack([x[..., 0] * c[..., 0] - x[..., 1] * c[..., 1],
+                        x[..., 1] * c[..., 0] + x[..., 0] * c[..., 1]], -1).flatten(-2)
+    np.testing.assert_array_equal(layer.q_rot, want.numpy())
