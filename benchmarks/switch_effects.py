@@ -8,7 +8,8 @@ seed + 100)``.  Inputs: A = one unpadded row of 8 tokens; B = a batch of 2 rows 
 max |logits(default)| (normwise relative); NaN means the switch makes a sample NaN.  The default is every switch
 at its default value; for a profile, the default switches with the profile's RoPE pairing and metric learner
 (so that only the emulated numerics differ).  With torch installed it also counts torch's float32 RoPE table
-entries that differ from the correctly rounded float32 table.
+entries that differ from the correctly rounded float32 table, measures torch's float32 softmax against the correctly
+rounded one, and how far ``pt-v510-double`` moves without torch's own table (``rope_table="float32"`` instead).
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from pldr_ref.params import Params
 from pldr_ref.rope import RopeTable, rope_angles
 
 SWITCHES: tuple[tuple[str, dict[str, object]], ...] = (
-    ("rope_table=float32 (rope_arithmetic=float64)", {"rope_table": "float32", "rope_arithmetic": "float64"}),
+    ("rope_table=float32 (rope_arithmetic=float64)", {"rope_precision": "float32", "rope_table": "float32",
+                                                      "rope_arithmetic": "float64"}),
     ("rope_table=keras-0.6.4", {"rope_table": "keras-0.6.4"}),
     ("rope_table=explicit (float32 table, 20% entries +1 ulp)", {"rope_table": "explicit"}),
-    ("rope_arithmetic=float32 (float32 table)", {"rope_table": "float32", "rope_arithmetic": "float32"}),
+    ("rope_arithmetic=float32 (float32 table)", {"rope_precision": "float32", "rope_table": "float32",
+                                                  "rope_arithmetic": "float32"}),
     ("rope_arithmetic=float64_qk_f32 (float32 table)",
-     {"rope_table": "float32", "rope_arithmetic": "float64_qk_f32"}),
+     {"rope_precision": "float32", "rope_table": "float32", "rope_arithmetic": "float64_qk_f32"}),
     ("score_scale=float32", {"score_scale": "float32"}),
     ("score_scale=reciprocal", {"score_scale": "reciprocal"}),
     ("mask_mode=additive", {"mask_mode": "additive"}),
@@ -60,6 +63,48 @@ def effect(base: np.ndarray, other: np.ndarray) -> str:
         return f"NaN (sample {', '.join(map(str, rows))})"
     d = float(np.max(np.abs(other - base)))
     return "0 (bitwise)" if d == 0 else f"{d:.2e} ({d / float(np.max(np.abs(base))):.2e} rel)"
+
+
+def torch_table(config: PLDRConfig) -> RopeTable | None:
+    """torch's own float32 torchtune table (``RotaryPositionalEmbeddings.cache`` restated with torch), or None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    d_k = config.d_k
+    theta = 1.0 / (config.rope_base ** (torch.arange(0, d_k, 2)[: d_k // 2].float() / d_k))
+    idx = torch.einsum("i,j->ij", torch.arange(config.max_seq_len, dtype=theta.dtype), theta).float()
+    return RopeTable.from_torchtune_cache(torch.stack([torch.cos(idx), torch.sin(idx)], dim=-1))
+
+
+def torch_softmax_distance(rows: int = 1000, width: int = 9, scale: float = 6.0, seed: int = 0) -> str:
+    """How far torch's float32 softmax is from the correctly rounded one on standard normal logits * scale."""
+    try:
+        import torch
+    except ImportError:
+        return "torch not installed"
+    from pldr_ref.attention import softmax_float32
+
+    logits = np.random.default_rng(seed).standard_normal((rows, width)) * scale
+    cr = softmax_float32(logits).astype(np.float32)
+    tt = torch.softmax(torch.from_numpy(logits.astype(np.float32)), dim=-1).numpy()
+    ulps = np.abs(tt.view(np.int32).astype(np.int64) - cr.view(np.int32).astype(np.int64))
+    return (f"{100 * np.mean(ulps > 0):.1f} % of {ulps.size} entries differ, by up to {int(ulps.max())} float32 ulps "
+            f"({rows}x{width} logits, default_rng({seed}), scale {scale}, torch {torch.__version__})")
+
+
+def double_without_table(cfg: PLDRConfig, seed: int, ids: np.ndarray) -> str:
+    """pt-v510-double with the correctly rounded float32 table instead of torch's: max |d logits| / max |logits|,
+    also in units of 2^-53 (the float64 rounding unit)."""
+    table = torch_table(cfg)
+    if table is None:
+        return "torch not installed"
+    p = perturb_params(init_params(cfg, seed), seed + 100)
+    dbl = cfg.emulate("pt-v510-double")
+    want = logits(Params(dbl, dict(p.items())), ids, None, table)
+    got = logits(Params(dbl.replace(rope_table="float32"), dict(p.items())), ids, None, None)
+    rel = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+    return f"{rel:.2e} relative = {rel / 2.0**-53:.1e} x 2^-53"
 
 
 def torch_table_mismatches(d_k: int, positions: int) -> str:
@@ -105,11 +150,24 @@ def main(argv: list[str] | None = None) -> None:
         dflt = cfg.replace(**arch, **({"A_dff_depth": 12} if name == "tf-v900" else {}))
         pd = params_for(dflt)
         p = Params(dflt.emulate(name), dict(pd.items()))
+        # an explicit-table profile (pt-v510-double) replays torch's table, else the moved table
+        table = (torch_table(dflt) or moved_table(dflt)) if p.config.rope_table == "explicit" else None
         ra, rb = logits(pd, ids_a, None, None), logits(pd, ids_b, mask_b, None)
-        a, b = effect(ra, logits(p, ids_a, None, None)), effect(rb, logits(p, ids_b, mask_b, None))
+        a, b = effect(ra, logits(p, ids_a, None, table)), effect(rb, logits(p, ids_b, mask_b, table))
         print(f"| `{name}` | {a} | {b} |")
     print(f"\ntorch float32 table vs correctly rounded: {torch_table_mismatches(64, 1024)}; "
           f"{torch_table_mismatches(8, 64)}")
+    print(f"torch float32 softmax vs correctly rounded: {torch_softmax_distance()}")
+    f32 = cfg.emulate("pt-v510-float32")
+    moved = logits(Params(f32.replace(mask_add_dtype="float64"), dict(base.items())), ids_b, mask_b, None)
+    print(f"pt-v510-float32 with the mask added in float64 instead (input B): "
+          f"{effect(logits(Params(f32, dict(base.items())), ids_b, mask_b, None), moved)}")
+    wide = PLDRConfig.preset("v510-110m", num_layers=1, vocab_size=256, max_seq_len=64, dff=256, A_dff=32,
+                             num_reslayerA=1)
+    for label, c, ids in (("tiny, input A", cfg, ids_a),
+                          ("v510-110m widths (1 layer, V 256), 1x32 tokens", wide,
+                           rng.integers(1, wide.vocab_size, size=(1, 32)))):
+        print(f"pt-v510-double without torch's table ({label}): {double_without_table(c, args.seed, ids)}")
 
 
 if __name__ == "__main__":

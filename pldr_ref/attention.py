@@ -12,7 +12,7 @@ from pldr_ref.row_blocks import for_each_block, row_slices
 
 MASK_MODES = ("ideal", "additive", "finfo_min")
 MASK_ADD_DTYPES = ("float64", "float32")
-SOFTMAX_PRECISIONS = ("float64", "float32")
+SOFTMAX_PRECISIONS = ("float64", "float32", "explicit")
 MASKED_ROWS = ("arithmetic", "zeros", "uniform", "nan")
 
 
@@ -161,12 +161,14 @@ def masked_softmax(logits: np.ndarray, *, overwrite_input: bool = False) -> np.n
 
 
 def softmax_float32(logits: np.ndarray) -> np.ndarray:
-    """HF eager ``F.softmax(l, dim=-1, dtype=float32).to(float64)`` as an exact statement (float64 [..., T]).
+    """The correctly rounded float32 softmax of RN32(logits), widened to float64 [..., T].
 
     l32 = RN32(l) (so finfo(float64).min and -1e300 become -inf), m = max_j l32, then
     E = RN32(exp(l32 - m) / sum_j exp(l32 - m)) with the inner arithmetic in float64 (one final rounding to
-    float32; torch's float32 kernel agrees to a few float32 ulps).  A row of -inf gives NaN (-inf - -inf), as
-    torch's softmax does; a NaN makes its row NaN.
+    float32).  A row of -inf gives NaN (-inf - -inf), as torch's softmax does; a NaN makes its row NaN.
+    torch's float32 kernel (HF eager ``F.softmax(l, dim=-1, dtype=float32)``) is not correctly rounded: on
+    1000 x 9 logits it differs in about 77 % of the entries, by up to 18 float32 ulps (``docs/equations.md``);
+    to reproduce it, pass it as a :class:`SoftmaxKernel` with ``softmax_precision="explicit"``.
     """
     with np.errstate(over="ignore", invalid="ignore"):
         l32 = np.asarray(logits, dtype=np.float64).astype(np.float32).astype(np.float64)
@@ -176,6 +178,53 @@ def softmax_float32(logits: np.ndarray) -> np.ndarray:
     return out.astype(np.float32).astype(np.float64)
 
 
+class SoftmaxKernel:
+    """An explicit float32 softmax kernel given by the user, used with ``softmax_precision="explicit"`` (as
+    :class:`pldr_ref.rope.RopeTable` is for RoPE): replays a framework's float32 softmax bit for bit.
+
+    ``fn`` maps float32 logits [..., T] (RN32 of the float64 logits: finfo(float64).min becomes -inf, as a cast
+    to float32 does) to float32 weights of the same shape, softmax over the last axis, row by row (it is called
+    on blocks of query rows, possibly from several threads).  For HF eager::
+
+        SoftmaxKernel(lambda l32: torch.softmax(torch.from_numpy(l32), dim=-1).numpy(), name="torch")
+
+    (``F.softmax(x, dim=-1, dtype=torch.float32)`` casts x to float32 first, so it gets the same input).
+    The result is checked: same shape, dtype float32, else ``ValueError``.  NaN rows are passed through.
+    """
+
+    def __init__(self, fn: Callable[[np.ndarray], np.ndarray], name: str = "user") -> None:
+        if not callable(fn):
+            raise TypeError(f"SoftmaxKernel needs a callable float32 logits -> float32 weights, got "
+                            f"{type(fn).__name__}")
+        self.fn = fn
+        self.name = str(name)
+
+    def __repr__(self) -> str:
+        return f"SoftmaxKernel({self.name!r})"
+
+    def __call__(self, logits: np.ndarray) -> np.ndarray:
+        """E = fn(RN32(logits)) widened to float64 [..., T]."""
+        with np.errstate(over="ignore"):
+            l32 = np.ascontiguousarray(np.asarray(logits, dtype=np.float64).astype(np.float32))
+        out = np.asarray(self.fn(l32))
+        if out.shape != l32.shape or out.dtype != np.float32:
+            raise ValueError(f"SoftmaxKernel {self.name!r} must return float32 weights of shape {l32.shape}, got "
+                             f"{out.dtype} {out.shape}")
+        return out.astype(np.float64)
+
+
+def check_kernel_used(precision: str, kernel: SoftmaxKernel | None) -> None:
+    """Refuse a :class:`SoftmaxKernel` given while ``precision`` (PLDRConfig.softmax_precision) is not
+    ``"explicit"`` (it would be silently ignored), and ``"explicit"`` without one."""
+    if kernel is not None and precision != "explicit":
+        raise ValueError(f"a SoftmaxKernel was given but softmax_precision={precision!r}: the kernel would be "
+                         "ignored; set softmax_precision='explicit' to use it, or do not pass it")
+    if kernel is None and precision == "explicit":
+        raise ValueError("softmax_precision='explicit' needs a SoftmaxKernel (argument softmax_kernel=...)")
+    if kernel is not None and not isinstance(kernel, SoftmaxKernel):
+        raise TypeError(f"softmax_kernel must be a pldr_ref.attention.SoftmaxKernel, got {type(kernel).__name__}")
+
+
 def attention_weights(
     logits: np.ndarray,
     mask: np.ndarray | None,
@@ -183,16 +232,23 @@ def attention_weights(
     precision: str = "float64",
     masked_row: str = "arithmetic",
     overwrite_input: bool = False,
+    kernel: SoftmaxKernel | None = None,
 ) -> np.ndarray:
     """E = softmax(logits) in ``precision`` (``float64``: :func:`masked_softmax`; ``float32``:
-    :func:`softmax_float32`), then rows whose every key is masked (``mask`` [B|1, 1, S, T], True = forbidden)
-    set as ``masked_row`` says: ``arithmetic`` leaves what the arithmetic gave; ``zeros``, ``uniform`` (1/T)
-    or ``nan`` override them.  Returns [B, H, S, T]."""
+    :func:`softmax_float32`; ``explicit``: the user's float32 ``kernel``), then rows whose every key is masked
+    (``mask`` [B|1, 1, S, T], True = forbidden) set as ``masked_row`` says: ``arithmetic`` leaves what the
+    arithmetic gave; ``zeros``, ``uniform`` (1/T) or ``nan`` override them.  Returns [B, H, S, T]."""
     if precision not in SOFTMAX_PRECISIONS:
         raise ValueError(f"softmax_precision must be one of {SOFTMAX_PRECISIONS}, got {precision!r}")
     if masked_row not in MASKED_ROWS:
         raise ValueError(f"masked_row must be one of {MASKED_ROWS}, got {masked_row!r}")
-    e = softmax_float32(logits) if precision == "float32" else masked_softmax(logits, overwrite_input=overwrite_input)
+    check_kernel_used(precision, kernel)
+    if precision == "explicit":
+        e = kernel(logits)
+    elif precision == "float32":
+        e = softmax_float32(logits)
+    else:
+        e = masked_softmax(logits, overwrite_input=overwrite_input)
     if masked_row == "arithmetic" or mask is None:
         return e
     dead = np.all(mask, axis=-1, keepdims=True)  # [B|1, 1, S, 1]
@@ -218,8 +274,11 @@ def masked_attention_weights(
     round_to: Callable[[np.ndarray], np.ndarray] | None = None,
     check: Callable[[str, np.ndarray], None] | None = None,
     in_place: bool = False,
+    softmax_kernel: SoftmaxKernel | None = None,
 ) -> np.ndarray:
     """E = attention_weights(apply_mask(Sc, M)) (paper eqs. 3.7-3.8), evaluated on blocks of query rows.
+
+    ``softmax_kernel``: the kernel of ``precision="explicit"`` (:class:`SoftmaxKernel`; refused otherwise).
 
     scores: [B, H, S, T]; mask: [B|1, 1, S|1, T] bool or None.  The math is that of :func:`apply_mask` and
     :func:`attention_weights`, applied to one block of query rows at a time on the threads of
@@ -246,6 +305,7 @@ def masked_attention_weights(
         if mask.ndim > 4:
             raise ValueError(f"mask must broadcast against [B, H, S, T], got shape {mask.shape}")
         mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)  # NumPy broadcasting prepends the missing axes
+    check_kernel_used(precision, softmax_kernel)
     if in_place and (scores.dtype != np.float64 or not scores.flags.c_contiguous or not scores.flags.writeable):
         raise ValueError("in_place=True needs writable, C-contiguous float64 scores")
     r = round_to if round_to is not None else _identity
@@ -266,7 +326,8 @@ def masked_attention_weights(
                 bad_scores[i] = sc.copy()
         # the logits go straight into E's rows, and the softmax runs there in place (rounding may copy)
         logits = r(apply_mask(sc, m, mask_mode, mask_value, mask_add_dtype, out=out))
-        weights = r(attention_weights(logits, m, precision=precision, masked_row=masked_row, overwrite_input=True))
+        weights = r(attention_weights(logits, m, precision=precision, masked_row=masked_row, overwrite_input=True,
+                                      kernel=softmax_kernel))
         if weights is not out:
             out[...] = weights
         if check is not None:

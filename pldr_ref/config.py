@@ -44,8 +44,11 @@ ROPE_ARITHMETICS = ("auto", "float64", "float32", "float64_qk_f32")
 SCORE_SCALES = ("exact", "float32", "reciprocal")
 #: dtype in which the additive -1e9 mask is added: ``float64`` or ``float32`` (TF / PT float32 training).
 MASK_ADD_DTYPES = ("float64", "float32")
-#: softmax precision: ``float64`` or ``float32`` (HF eager ``F.softmax(..., dtype=float32)``; TF float32).
-SOFTMAX_PRECISIONS = ("float64", "float32")
+#: softmax precision: ``float64``, ``float32`` (the correctly rounded float32 softmax: RN32 of the exact softmax of
+#: RN32(logits)), or ``explicit`` (a float32 softmax kernel given by the user as
+#: :class:`pldr_ref.attention.SoftmaxKernel`, e.g. torch's ``F.softmax(..., dtype=float32)`` of HF eager, which is
+#: not correctly rounded).
+SOFTMAX_PRECISIONS = ("float64", "float32", "explicit")
 #: rows whose every key is masked: ``arithmetic`` (what the mask arithmetic and softmax give), or forced to
 #: ``zeros``, ``uniform`` or ``nan``.
 MASKED_ROWS = ("arithmetic", "zeros", "uniform", "nan")
@@ -148,11 +151,12 @@ class PLDRConfig:
     def emulate(self, name: str, **overrides: Any) -> PLDRConfig:
         """This config with the switch values of the released code base ``name`` (see :data:`EMULATIONS`).
 
-        Only implementation switches change (sizes and parameters stay); ``overrides`` are applied last.
+        Only implementation switches change: sizes, parameters and what the model config determines stay (an HF
+        profile keeps ``rope_layout``, HF's ``reference_rope``, and takes the RoPE arithmetic HF uses for that
+        layout: :func:`profile_switches`).  ``overrides`` are applied last.  A retired profile name
+        (:data:`RETIRED_EMULATIONS`) raises ``ValueError`` saying which profiles replace it.
         """
-        if name not in EMULATIONS:
-            raise ValueError(f"unknown emulation profile {name!r}; available: {sorted(EMULATIONS)}")
-        return self.replace(**{**EMULATIONS[name], **overrides})
+        return self.replace(**{**profile_switches(name, self.rope_layout), **overrides})
 
     # -------------------------------------------------------------- validation
     def __post_init__(self) -> None:
@@ -194,6 +198,12 @@ class PLDRConfig:
             raise ValueError(f"PLDRConfig.mask_value={self.mask_value!r} must be finite")
         if self.mask_value >= 0:
             raise ValueError(f"PLDRConfig.mask_value={self.mask_value!r} must be negative")
+        if self.rope_table in ROPE_PRECISIONS and self.rope_table != self.rope_precision:
+            # one switch per behaviour: the legacy rope_precision names a table too, and would silently lose
+            raise ValueError(
+                f"PLDRConfig.rope_table={self.rope_table!r} contradicts rope_precision={self.rope_precision!r} "
+                f"(the legacy switch names the {self.rope_precision!r} table): set rope_precision="
+                f"{self.rope_table!r} too, or leave rope_table='auto' (it then follows rope_precision)")
         if self.mask_add_dtype == "float32" and self.mask_mode != "additive":
             raise ValueError(f"PLDRConfig.mask_add_dtype='float32' needs mask_mode='additive', got {self.mask_mode!r}")
         if self.pad_id >= self.vocab_size:
@@ -479,32 +489,46 @@ def _fields_from_hf(hf: Mapping[str, Any], where: str = "HF config", unknown_key
 
 
 _HF_SDPA: dict[str, Any] = dict(
-    rope_layout="interleaved", rope_precision="float32", rope_table="float32", rope_arithmetic="float32",
+    rope_precision="float32", rope_table="float32", rope_arithmetic="float32",
     score_scale="reciprocal", mask_mode="ideal", mask_add_dtype="float64", softmax_precision="float64",
     masked_row="zeros", embed_scale_precision="exact", pad_source="attention_mask",
 )
 _TF_V500: dict[str, Any] = dict(
     rope_layout="half", rope_precision="float32", rope_table="float32", rope_arithmetic="float32",
     score_scale="float32", mask_mode="additive", mask_add_dtype="float32", softmax_precision="float32",
-    masked_row="arithmetic", embed_scale_precision="float32", pad_source="token", metric_learner="v500",
+    masked_row="arithmetic", embed_scale_precision="float32", pad_source="token", pad_id=0, metric_learner="v500",
+)
+_PT_V510_FLOAT32: dict[str, Any] = dict(
+    rope_layout="interleaved", rope_precision="float32", rope_table="float32", rope_arithmetic="float32",
+    score_scale="float32", mask_mode="additive", mask_add_dtype="float32", softmax_precision="float64",
+    masked_row="arithmetic", embed_scale_precision="float32", pad_source="token", pad_id=0,
 )
 
 #: Emulation profiles (:meth:`PLDRConfig.emulate`): the switch values with which each released code base
-#: computes (``docs/equations.md`` cites the code line behind every value).
+#: computes (``docs/equations.md`` cites the code line behind every value).  A profile holds implementation
+#: switches only: the PT and TF code hard-code their RoPE pairing, metric learner and pad id 0, so those profiles
+#: set them; HF reads ``reference_rope`` from its config, so the HF profiles keep the config's ``rope_layout``.
 #:
-#: * ``pt-v510``: PT-v510 built under default dtype float64 (torchtune RoPE with float32 buffers,
-#:   ``Ep / sqrt(f32 dk)``, ``Ep + mask * -1e9`` in
-#:   the model dtype, softmax in the model dtype, float32 sqrt(d)); pads from token id 0.
+#: * ``pt-v510-float32``: the released PT-v510 model in float32 (torchtune RoPE, float32 table and rotation,
+#:   ``Ep / sqrt(f32 dk)``, ``Ep + mask * -1e9`` added in float32, float32 sqrt(d)); pads are token id 0.
+#: * ``pt-v510-double``: that model after ``model.double()``: torchtune's float32 cos/sin table (torch's own values,
+#:   ``rope_table="explicit"``: pass it as a :class:`pldr_ref.rope.RopeTable`, e.g.
+#:   :meth:`pldr_ref.rope.RopeTable.from_torchtune_cache`), q and k rounded to float32 (``x.float()``), the rotation,
+#:   mask addition and softmax in float64, float32 sqrt(d_k) and sqrt(d).
 #: * ``hf-sdpa``: HF ``pldrllm`` with the transformers 5.x default attention (bool mask, safe softmax: a fully
 #:   masked row is zeros), ``scaling = 1/sqrt(dk)`` in the model dtype, float32 table buffers kept by
 #:   ``from_pretrained(dtype=float64)``; padding only from the attention mask.
 #: * ``hf-eager``: as ``hf-sdpa`` with ``attn_implementation="eager"``: finfo(float64).min mask, softmax in
-#:   float32 (the mask becomes -inf: a fully masked row is NaN).
+#:   float32 (the mask becomes -inf: a fully masked row is NaN).  torch's float32 softmax is not correctly
+#:   rounded: ``softmax_precision="explicit"`` with torch's kernel (:class:`pldr_ref.attention.SoftmaxKernel`)
+#:   reproduces it.
 #: * ``hf-double-cast``: as ``hf-sdpa`` for a model cast with ``.double()`` after construction: the table
 #:   buffers become float64, q and k are still rounded to float32, the rotation runs in float64.
 #: * ``tf-v500`` / ``tf-v900``: the TF code in float32: half-split keras-nlp RoPE, ``Ep / sqrt(f32 dk)``,
-#:   ``Ep + mask * -1e9`` added in float32, float32 softmax, float32 sqrt(d); v900 also sets the v900
-#:   metric learner (give ``A_dff_depth``).
+#:   ``Ep + mask * -1e9`` added in float32, float32 softmax, float32 sqrt(d), token id 0 masked; v900 also sets the
+#:   v900 metric learner (give ``A_dff_depth``).  The table is the correctly rounded float32 one; TF's CPU ``pow``
+#:   and ``cos`` are not correctly rounded (pass TF's own table, :meth:`pldr_ref.rope.RopeTable.from_rotate_half`,
+#:   with ``rope_table="explicit"`` to replay it).
 #: The issue-12 emulation switches (one per released-code numerical behaviour).
 EMULATION_SWITCHES = ("rope_table", "rope_arithmetic", "score_scale", "mask_add_dtype", "softmax_precision",
                       "masked_row", "pad_source")
@@ -517,11 +541,9 @@ def switch_defaults(names: tuple[str, ...] = EMULATION_SWITCHES) -> dict[str, An
 
 
 EMULATIONS: dict[str, dict[str, Any]] = {
-    "pt-v510": dict(
-        rope_layout="interleaved", rope_precision="float32", rope_table="float32", rope_arithmetic="float32",
-        score_scale="float32", mask_mode="additive", mask_add_dtype="float64", softmax_precision="float64",
-        masked_row="arithmetic", embed_scale_precision="float32", pad_source="token",
-    ),
+    "pt-v510-float32": _PT_V510_FLOAT32,
+    "pt-v510-double": dict(_PT_V510_FLOAT32, rope_table="explicit", rope_arithmetic="float64_qk_f32",
+                           mask_add_dtype="float64"),
     "hf-sdpa": _HF_SDPA,
     "hf-eager": dict(_HF_SDPA, mask_mode="finfo_min", softmax_precision="float32", masked_row="nan"),
     "hf-double-cast": dict(_HF_SDPA, rope_arithmetic="float64_qk_f32"),
@@ -529,8 +551,37 @@ EMULATIONS: dict[str, dict[str, Any]] = {
     "tf-v900": dict(_TF_V500, metric_learner="v900"),
 }
 
+#: Profiles whose name is no longer accepted, with the reason and the profiles that replace them.
+RETIRED_EMULATIONS: dict[str, str] = {
+    "pt-v510": ("it described PT-v510 built under torch.set_default_dtype(torch.float64), a run the released code "
+                "cannot make (its attention layer's float32 parameters make the first forward raise); use "
+                "'pt-v510-float32' (the released float32 model) or 'pt-v510-double' (after model.double(), with "
+                "torchtune's own table as a RopeTable)"),
+}
+
+#: The HF profiles: their RoPE arithmetic follows the config's ``rope_layout`` (HF ``reference_rope``).
+HF_PROFILES = ("hf-sdpa", "hf-eager", "hf-double-cast")
+
 #: HF ``attn_implementation`` -> emulation profile used by :meth:`PLDRConfig.from_hf_config`.
 HF_ATTN_PROFILES = {"sdpa": "hf-sdpa", "eager": "hf-eager"}
+
+
+def profile_switches(name: str, rope_layout: str = "interleaved") -> dict[str, Any]:
+    """The switch values profile ``name`` sets on a config whose RoPE pairing is ``rope_layout``.
+
+    The PT and TF profiles are fixed.  An HF profile keeps ``rope_layout`` (HF ``reference_rope``): with
+    ``"interleaved"`` (``reference_rope=True``) it is :data:`EMULATIONS` ``[name]`` (HF's copy of torchtune's RoPE);
+    with ``"half"`` (``reference_rope=False``, HF ``PldrllmRotaryEmbedding``: float32 cos/sin cast to the model
+    dtype, q and k not rounded, also after ``.double()``) the rotation is ``rope_arithmetic="float64"``.
+    """
+    if name in RETIRED_EMULATIONS:
+        raise ValueError(f"emulation profile {name!r} is retired: {RETIRED_EMULATIONS[name]}")
+    if name not in EMULATIONS:
+        raise ValueError(f"unknown emulation profile {name!r}; available: {sorted(EMULATIONS)}")
+    switches = dict(EMULATIONS[name])
+    if name in HF_PROFILES and rope_layout == "half":
+        switches["rope_arithmetic"] = "float64"
+    return switches
 
 
 def hf_attention_switches(attn_implementation: str, reference_rope: bool = True) -> dict[str, Any]:
@@ -541,10 +592,8 @@ def hf_attention_switches(attn_implementation: str, reference_rope: bool = True)
     """
     if attn_implementation not in HF_ATTN_PROFILES:
         raise ValueError(f"attn_implementation={attn_implementation!r} is not one of {sorted(HF_ATTN_PROFILES)}")
-    switches = dict(EMULATIONS[HF_ATTN_PROFILES[attn_implementation]])
-    if not reference_rope:
-        switches.update(rope_layout="half", rope_arithmetic="float64")
-    return switches
+    layout = "interleaved" if reference_rope else "half"
+    return {"rope_layout": layout, **profile_switches(HF_ATTN_PROFILES[attn_implementation], layout)}
 
 
 _V510 = dict(

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pldr_ref.attention import (
+    SoftmaxKernel,
     attention_scores,
     masked_attention_weights,
     merge_heads,
@@ -91,6 +92,7 @@ def decoder_layer(
     rope_table: RopeTable | None = None,
     check: Callable[[str, np.ndarray], None] | None = None,
     workspace: np.ndarray | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
 ) -> LayerTrace:
     """Y = MHA_PLGA(X); O1 = LN1(Y + X); O2 = LN2(FFN(O1) + O1) (spec §2.3).
 
@@ -111,6 +113,8 @@ def decoder_layer(
     its next use (unless ``round_to`` returns new arrays: then the workspace is not used for them).
     ``forward(keep_trace=False)`` hands one workspace to every layer, so no layer allocates (and page-faults) two
     fresh [B, H, S, T] arrays.
+    ``softmax_kernel``: the float32 softmax of ``softmax_precision="explicit"``
+    (:class:`pldr_ref.attention.SoftmaxKernel`).
     """
     c = config
     h = c.num_heads
@@ -170,7 +174,8 @@ def decoder_layer(
     in_place = workspace is not None and scores is workspace  # a rounding hook returns a new array: keep it
     e = masked_attention_weights(scores, mask, mask_mode=c.mask_mode, mask_value=c.mask_value,
                                  mask_add_dtype=c.mask_add_dtype, precision=c.softmax_precision,
-                                 masked_row=c.masked_row, round_to=r, check=check, in_place=in_place)
+                                 masked_row=c.masked_row, round_to=r, check=check, in_place=in_place,
+                                 softmax_kernel=softmax_kernel)
     if in_place:
         scores = None  # overwritten by E
     ctx = r(merge_heads(mix_values(e, v)))

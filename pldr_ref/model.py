@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pldr_ref.attention import causal_padding_mask
+from pldr_ref.attention import SoftmaxKernel, causal_padding_mask, check_kernel_used
 from pldr_ref.config import PLDRConfig
 from pldr_ref.glu import linear
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
@@ -15,7 +15,7 @@ from pldr_ref.layer import LayerTrace, decoder_layer
 from pldr_ref.memory_budget import check_forward_budget
 from pldr_ref.norms import layer_norm
 from pldr_ref.params import Params
-from pldr_ref.rope import RopeTable
+from pldr_ref.rope import RopeTable, check_table_used
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +122,20 @@ def validate_position_ids(position_ids: object, shape: tuple[int, int], config: 
     return arr.astype(np.int64)
 
 
+def check_explicit_inputs(config: PLDRConfig, rope_table: RopeTable | None,
+                          softmax_kernel: SoftmaxKernel | None) -> None:
+    """Refuse, before any work, a ``rope_table`` given while ``config.rope_table != "explicit"`` or a
+    ``softmax_kernel`` given while ``config.softmax_precision != "explicit"`` (each would be silently ignored), and
+    either switch at ``"explicit"`` without its input."""
+    check_table_used(config.rope_table_source, rope_table)
+    if config.rope_table_source == "explicit" and rope_table is None:
+        raise ValueError("PLDRConfig.rope_table='explicit' needs a RopeTable (argument rope_table=RopeTable(cos, sin), "
+                         "e.g. RopeTable.from_torchtune_cache(cache))")
+    if rope_table is not None and not isinstance(rope_table, RopeTable):
+        raise TypeError(f"rope_table must be a pldr_ref.rope.RopeTable, got {type(rope_table).__name__}")
+    check_kernel_used(config.softmax_precision, softmax_kernel)
+
+
 def forward(
     params: Params,
     token_ids: np.ndarray,
@@ -133,6 +147,7 @@ def forward(
     keep_trace: bool = True,
     position_ids: np.ndarray | None = None,
     rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
 ) -> ForwardOutput:
     """Full forward map of PLDR-LLM in float64 (spec §2; paper eqs. 3.2-3.9).
 
@@ -140,8 +155,10 @@ def forward(
     come from ``attention_mask`` (HF, 1 = keep) when given, else from token id
     ``config.pad_id`` when ``pad_masking`` (default: ``config.pad_source == "token"``), else none.
     ``position_ids`` [B, S] (HF) replaces the RoPE positions per row (the causal mask still follows the
-    sequence index start_pos + s); ``rope_table`` is the table of ``rope_table="explicit"``.  Every stage is
-    checked for NaN/inf (``FloatingPointError`` names the stage) unless disabled.
+    sequence index start_pos + s); ``rope_table`` is the table of ``rope_table="explicit"`` and ``softmax_kernel``
+    the float32 softmax of ``softmax_precision="explicit"`` (either given under another switch value is refused:
+    :func:`check_explicit_inputs`).  Every stage is checked for NaN/inf (``FloatingPointError`` names the stage)
+    unless disabled.
     ``keep_trace=False`` drops each layer's trace once the next layer has its input (``layers`` is
     then empty) and computes every layer's scores and E in one reused [B, H, S, S] buffer: the logits are
     identical (bitwise), and memory stays O(B H S^2) for one layer instead of L.
@@ -149,6 +166,7 @@ def forward(
     if not isinstance(params, Params):
         raise TypeError(f"params must be a pldr_ref.Params, got {type(params).__name__}")
     c = params.config
+    check_explicit_inputs(c, rope_table, softmax_kernel)
     ids = validate_token_ids(token_ids, c, start_pos)
     check_forward_budget(c, ids.shape[0], ids.shape[1], keep_trace=keep_trace)  # refuse before allocating
     positions, mask = sequence_mask(c, ids, start_pos=start_pos, attention_mask=attention_mask,
@@ -164,7 +182,8 @@ def forward(
         workspace = None if keep_trace else np.empty((ids.shape[0], c.num_heads, ids.shape[1], ids.shape[1]))
         for i in range(c.num_layers):  # layers are sequential: the loop is over depth, not data
             t = decoder_layer(params.layer(i), x, c, positions=positions, mask=mask, rope_table=rope_table,
-                              check=layer_finite_check(i) if check_finite_values else None, workspace=workspace)
+                              check=layer_finite_check(i) if check_finite_values else None, workspace=workspace,
+                              softmax_kernel=softmax_kernel)
             if keep_trace:
                 traces.append(t)
             x = t.out2

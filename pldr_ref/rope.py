@@ -31,25 +31,89 @@ TABLE_SOURCES = ("exact", "float32", "keras-0.6.4", "explicit")
 ARITHMETICS = ("float64", "float32", "float64_qk_f32")
 
 
+def _framework_array(value: object, what: str) -> np.ndarray:
+    """``value`` (a NumPy array, or any object with ``__array__``: a CPU torch tensor, a TF eager tensor) as a
+    float NumPy array, without importing its framework; ``ValueError`` naming ``what`` otherwise."""
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # a framework object that cannot become an array (e.g. a GPU tensor)
+        raise ValueError(f"{what}: cannot be read as an array ({type(value).__name__}: {exc}); move it to host "
+                         "memory first (torch: .cpu(); TF: .numpy())") from exc
+    if not np.issubdtype(arr.dtype, np.floating):
+        raise ValueError(f"{what} must hold floats (float16, float32 or float64), got dtype {arr.dtype} "
+                         f"({type(value).__name__})")
+    return arr
+
+
+def _drop_unit_axes(arr: np.ndarray, want_ndim: int, what: str, layout: str) -> np.ndarray:
+    """``arr`` with leading axes of length 1 removed down to ``want_ndim`` axes (HF's cos/sin carry a batch axis)."""
+    while arr.ndim > want_ndim and arr.shape[0] == 1:
+        arr = arr[0]
+    if arr.ndim != want_ndim:
+        raise ValueError(f"{what} must be {layout}, got shape {arr.shape}")
+    return arr
+
+
 class RopeTable:
     """An explicit RoPE table: ``cos``, ``sin`` [P, d_k/2] for absolute positions 0..P-1 (float64 copies).
 
-    Replays any framework's table bit for bit (e.g. torch's float32 ``cache[..., 0]`` / ``cache[..., 1]`` of
-    torchtune, or HF's ``cos[..., :d_k/2]``); used with ``rope_table="explicit"``.
+    Replays any framework's table bit for bit; used with ``rope_table="explicit"`` (with any other table source
+    a given table is refused).  The constructors :meth:`from_torchtune_cache` (torchtune's ``cache`` buffer,
+    PT-v510 and HF ``reference_rope=True``) and :meth:`from_rotate_half` (HF ``PldrllmRotaryEmbedding``'s cos/sin,
+    keras-nlp / TF tables) take a framework's arrays as they are, without importing the framework.
     """
 
     def __init__(self, cos: np.ndarray, sin: np.ndarray) -> None:
-        c = np.asarray(cos)
-        s = np.asarray(sin)
+        c = _framework_array(cos, "RopeTable cos")
+        s = _framework_array(sin, "RopeTable sin")
         for name, arr in (("cos", c), ("sin", s)):
-            if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.floating):
+            if arr.ndim != 2:
                 raise ValueError(f"RopeTable {name} must be a float array [P, d_k/2], got {arr.dtype} {arr.shape}")
             if not np.all(np.isfinite(arr)):
                 raise ValueError(f"RopeTable {name} contains NaN or inf")
         if c.shape != s.shape:
             raise ValueError(f"RopeTable cos {c.shape} and sin {s.shape} differ in shape")
+        if c.shape[0] == 0 or c.shape[1] == 0:
+            raise ValueError(f"RopeTable cos/sin must cover at least one position and one frequency, got {c.shape}")
         self.cos = c.astype(np.float64)
         self.sin = s.astype(np.float64)
+
+    @classmethod
+    def from_torchtune_cache(cls, cache: object) -> RopeTable:
+        """The table of torchtune ``RotaryPositionalEmbeddings.cache`` [P, d_k/2, 2] (``[..., 0]`` cos,
+        ``[..., 1]`` sin; the layout of PT-v510 and of HF's ``reference_rope=True`` copy).
+
+        ``cache`` is the buffer as it is (float32, or float64 after ``model.double()``: the values are the same);
+        e.g. ``RopeTable.from_torchtune_cache(model.decoder.dec_layers[0].mha1.rotary_embedding.cache)``.
+        """
+        arr = _framework_array(cache, "torchtune cache")
+        if arr.ndim != 3 or arr.shape[-1] != 2:
+            raise ValueError(f"torchtune cache must be [P, d_k/2, 2] (cos, sin in the last axis), got shape "
+                             f"{arr.shape}")
+        return cls(arr[..., 0], arr[..., 1])
+
+    @classmethod
+    def from_rotate_half(cls, cos: object, sin: object) -> RopeTable:
+        """The table of a rotate-half framework: ``cos``, ``sin`` [P, d_k] (leading axes of length 1 allowed) whose
+        two halves repeat the d_k/2 frequencies (``emb = cat(freqs, freqs)``).
+
+        HF ``PldrllmRotaryEmbedding(x, position_ids=arange(P)[None])`` returns such [1, P, d_k] arrays; keras-nlp's
+        ``RotaryEmbedding`` (TF-v500/v900) builds them the same way.  The two halves must be identical (else
+        ``ValueError``: the arrays are not a rotate-half table).  Row p must be position p: compute the arrays at
+        positions 0..P-1 in order (that cannot be checked here).
+        """
+        c = _drop_unit_axes(_framework_array(cos, "cos"), 2, "cos", "[P, d_k] (or [1, P, d_k])")
+        s = _drop_unit_axes(_framework_array(sin, "sin"), 2, "sin", "[P, d_k] (or [1, P, d_k])")
+        if c.shape != s.shape:
+            raise ValueError(f"cos {c.shape} and sin {s.shape} differ in shape")
+        if c.shape[-1] % 2:
+            raise ValueError(f"cos/sin last axis d_k={c.shape[-1]} must be even (two halves of d_k/2)")
+        half = c.shape[-1] // 2
+        for name, arr in (("cos", c), ("sin", s)):
+            if not np.array_equal(arr[:, :half], arr[:, half:]):
+                raise ValueError(f"{name}'s two halves [:, :{half}] and [:, {half}:] differ: not a rotate-half "
+                                 "table (cat(freqs, freqs)); for torchtune's cache use RopeTable.from_torchtune_cache")
+        return cls(c[:, :half], s[:, :half])
 
     @property
     def num_positions(self) -> int:
@@ -70,6 +134,14 @@ class RopeTable:
             raise ValueError(f"positions {int(pos.min())}..{int(pos.max())} outside the RopeTable's "
                              f"0..{self.num_positions - 1}")
         return self.cos[pos], self.sin[pos]
+
+
+def check_table_used(source: str, explicit: RopeTable | None) -> None:
+    """Refuse a :class:`RopeTable` given while the table source ``source`` is not ``"explicit"`` (it would be
+    silently ignored: the computed table would be used instead)."""
+    if explicit is not None and source != "explicit":
+        raise ValueError(f"a RopeTable was given but the RoPE table source is {source!r} (PLDRConfig.rope_table): "
+                         "the table would be ignored; set rope_table='explicit' to use it, or do not pass it")
 
 
 def rope_frequencies(d_k: int, base: float, precision: str = "exact") -> np.ndarray:
@@ -104,6 +176,7 @@ def rope_angles(
         if explicit is None:
             raise ValueError("rope_table='explicit' needs a RopeTable (argument rope_table=RopeTable(cos, sin))")
         return explicit.lookup(positions, d_k)
+    check_table_used(precision, explicit)
     omega = rope_frequencies(d_k, base, precision)
     pos = np.asarray(positions)
     if precision == "float32":

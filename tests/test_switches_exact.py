@@ -42,7 +42,8 @@ CASES = {
     "double_cast_explicit_positions": (TINY.replace(rope_table="explicit", rope_arithmetic="float64_qk_f32",
                                                     score_scale="reciprocal"), {"positions": True, "table": True}),
     "masked_rows_uniform_hf_pads": (TINY.replace(masked_row="uniform", pad_source="attention_mask",
-                                                 rope_table="float32", rope_arithmetic="float64"), {"mask": True}),
+                                                 rope_precision="float32", rope_table="float32",
+                                                 rope_arithmetic="float64"), {"mask": True}),
 }
 
 

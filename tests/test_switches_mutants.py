@@ -49,7 +49,8 @@ def test_every_switch_value_and_profile_has_a_case() -> None:
                           ("score_scale", SCORE_SCALES), ("mask_add_dtype", MASK_ADD_DTYPES),
                           ("softmax_precision", SOFTMAX_PRECISIONS), ("masked_row", MASKED_ROWS),
                           ("pad_source", PAD_SOURCES)):
-        missing = [v for v in values if (field, v) not in seen]
+        # softmax_precision="explicit" runs a user's kernel (a callable): no stored case can carry it
+        missing = [v for v in values if (field, v) not in seen and (field, v) != ("softmax_precision", "explicit")]
         assert not missing, (field, missing)
 
 

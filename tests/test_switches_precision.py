@@ -212,7 +212,7 @@ def test_masked_row_overrides_only_fully_masked_rows(masked_row: str, fill: floa
 # ----------------------------------------------------------------------------- 6. positions
 def test_hf_position_ids_are_cumsum_minus_one_with_pads_at_one() -> None:
     mask = np.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 1, 1, 1, 1]])
-    np.testing.assert_array_equal(hf_position_ids(mask), [[1, 1, 0, 1, 2], [0, 1, 2, 3, 4], [1, 0, 1, 2, 3]])
+    np.testing.assert_array_equal(hf_position_ids(mask, "4.x"), [[1, 1, 0, 1, 2], [0, 1, 2, 3, 4], [1, 0, 1, 2, 3]])
 
 
 def test_per_row_position_ids_equal_separate_calls_at_their_start() -> None:
@@ -235,7 +235,7 @@ def test_hf_left_padded_generation_uses_per_row_positions() -> None:
     prompt = token_ids(cfg, 2, 5, 10)
     mask = np.ones((2, 5), dtype=np.int64)
     mask[0, :2] = 0
-    res = generate(params, prompt, 3, mode="hf-generate", attention_mask=mask, return_traces=True)
+    res = generate(params, prompt, 3, mode="hf-generate-4.x", attention_mask=mask, return_traces=True)
     np.testing.assert_array_equal(res.traces[0].positions, [[1, 1, 0, 1, 2], [0, 1, 2, 3, 4]])
     assert [t.positions.tolist() for t in res.traces[1:]] == [[[3], [5]], [[4], [6]]]
     first = res.traces[0].layers[0]

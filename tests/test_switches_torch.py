@@ -97,6 +97,8 @@ def test_float32_mask_addition_is_torch_float32_bit_for_bit() -> None:
 
 
 def test_eager_float32_softmax_is_close_to_torch_and_nan_alike() -> None:
+    """The correctly rounded float32 softmax is near torch's, not equal: torch's kernel is off by up to 18 float32
+    ulps on 1000 x 9 logits (docs/equations.md); tests/test_switches_softmax_kernel.py replays it exactly."""
     rng = np.random.Generator(np.random.PCG64(6))
     logits = rng.standard_normal((3, 9)) * 5
     logits[0, :] = FINFO_MIN_F64  # a fully masked row (finfo(float64).min)
@@ -104,4 +106,4 @@ def test_eager_float32_softmax_is_close_to_torch_and_nan_alike() -> None:
     want = torch.nn.functional.softmax(torch.from_numpy(logits), dim=-1, dtype=torch.float32).double().numpy()
     got = softmax_float32(logits)
     assert np.isnan(want[0]).all() and np.isnan(got[0]).all()
-    assert np.max(np.abs(got[1:] - want[1:])) <= 4 * 2.0**-24 * np.max(np.abs(want[1:]))
+    assert np.max(np.abs(got[1:] - want[1:])) <= 64 * 2.0**-24 * np.max(np.abs(want[1:]))

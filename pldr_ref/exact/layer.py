@@ -56,7 +56,11 @@ def switch_softmax_row(logits: list[mpf], masked: list[bool], config: PLDRConfig
 
     ``float32``: RN32 of the exact softmax of RN32(logits) (an all -inf row is NaN, as torch's softmax);
     ``masked_row`` zeros / uniform / nan replaces a row whose every key is masked.
+    ``explicit`` (a user's float32 kernel) has no exact statement: ``NotImplementedError``.
     """
+    if config.softmax_precision == "explicit":
+        raise NotImplementedError("softmax_precision='explicit' runs a user's float32 kernel, which has no exact "
+                                  "statement; the exact tier takes 'float64' or 'float32'")
     if config.softmax_precision == "float32":
         l32 = [round_to_float32(v) for v in logits]
         if all(mpmath.isinf(v) and v < 0 for v in l32):

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.backends.reference import ReferenceBackend
+from pldr_ref.config import ROPE_PRECISIONS
 from pldr_ref.harness.protocol import StageRequest
 from pldr_ref.params import Params
 
@@ -38,7 +39,18 @@ class SwitchMutation:
 def _mutated_config(config: Any, mutation: SwitchMutation) -> Any:
     if mutation.switch in ("position_ids", "mode"):
         return config
-    return config.replace(**{mutation.switch: mutation.wrong})
+    change = {mutation.switch: mutation.wrong}
+    if mutation.switch == "rope_table" and mutation.wrong in ROPE_PRECISIONS:
+        change["rope_precision"] = mutation.wrong  # the legacy switch must agree (PLDRConfig refuses a contradiction)
+    return config.replace(**change)
+
+
+def _mutated_inputs(inputs: dict[str, Any], mutation: SwitchMutation) -> dict[str, Any]:
+    """A replayed RoPE table is dropped when the mutant's table source is not ``explicit`` (a table given under
+    another source is refused, never silently ignored)."""
+    if mutation.switch == "rope_table" and mutation.wrong != "explicit":
+        return {k: v for k, v in inputs.items() if k not in ("rope_cos", "rope_sin")}
+    return inputs
 
 
 class SwitchMutant(ReferenceBackend):
@@ -52,7 +64,7 @@ class SwitchMutant(ReferenceBackend):
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         cfg = _mutated_config(case.config, self.mutation)
-        inputs = dict(case.inputs)
+        inputs = _mutated_inputs(dict(case.inputs), self.mutation)
         args = dict(case.args)
         if self.mutation.switch == "position_ids":
             inputs.pop("position_ids", None)
@@ -64,7 +76,7 @@ class SwitchMutant(ReferenceBackend):
 
     def run_stage(self, request: StageRequest) -> dict[str, np.ndarray]:
         cfg = _mutated_config(request.config, self.mutation)
-        inputs = dict(request.inputs)
+        inputs = _mutated_inputs(dict(request.inputs), self.mutation)
         if self.mutation.switch == "position_ids" and "positions" in inputs and np.ndim(inputs["positions"]) == 2:
             inputs["positions"] = np.arange(np.shape(inputs["positions"])[1])
         params = Params(cfg, dict(request.params.items()))

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from pldr_ref.attention import SoftmaxKernel
 from pldr_ref.constants import FILTERED_LOGIT
 from pldr_ref.inference.cache import GCache
 from pldr_ref.inference.modes import InferenceMode, advance, prefill, resolve_mode
@@ -141,6 +142,8 @@ def generate(
     initial_g_cache: GCache | None = None,
     rope_table: RopeTable | None = None,
     position_ids: np.ndarray | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
 ) -> GenerationResult:
     """Autoregressive generation (paper eq. 4.8 loop; spec §8.1): one call per generated token.
 
@@ -148,8 +151,12 @@ def generate(
     ``mode`` says (see :mod:`pldr_ref.inference.modes`).  Generation stops after ``max_new_tokens``
     or once every row has produced ``eos_id`` (rows that finished early keep being extended).
     In mode ``"hf-generate"`` with a left-padded ``attention_mask`` the RoPE positions are HF ``generate``'s per-row
-    ``cumsum(mask) - 1`` (padding at 1); explicit ``position_ids`` [B, T] of the prompt override them, and each
-    row's later tokens continue from its last position.  ``rope_table`` is the table of ``rope_table="explicit"``.
+    ``cumsum(mask) - 1`` (padding at 0 in transformers 5.x, at 1 in mode ``"hf-generate-4.x"``); explicit
+    ``position_ids`` [B, T] of the prompt override them, and each row's later tokens continue from its last
+    position.  ``rope_table`` is the table of ``rope_table="explicit"``, ``softmax_kernel`` the float32 softmax of
+    ``softmax_precision="explicit"``.  ``check_finite_values=False`` lets NaN/inf logits through every call
+    instead of raising ``FloatingPointError`` (HF eager on left padding returns NaN logits; a NaN row's greedy token
+    is then NumPy's argmax of it).
     """
     if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
@@ -157,7 +164,8 @@ def generate(
     m = resolve_mode(mode)
     rng = make_rng(seed)
     step, state = prefill(params, prompt_ids, m, attention_mask=attention_mask, initial_g_cache=initial_g_cache,
-                          rope_table=rope_table, position_ids=position_ids)
+                          rope_table=rope_table, position_ids=position_ids, softmax_kernel=softmax_kernel,
+                          check_finite_values=check_finite_values)
     logits = step.logits[:, -1]
     tokens, all_logits, traces = [], [], [step.output]
     done = np.zeros(logits.shape[0], dtype=bool)

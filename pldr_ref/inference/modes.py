@@ -9,8 +9,11 @@ A mode says what is frozen after the prompt (prefill) pass:
 | ``kv`` | on | off | new token only; A frozen, A_LM / G_LM recomputed from it (same values) |
 | ``g`` | off | on | whole growing sequence; A recomputed, PLGA replaced by the prompt's A_LM, G_LM |
 | ``none`` | off | off | whole growing sequence, everything recomputed (sequential generation) |
-| ``hf`` | on | on | HF ``use_cache=True``: causal + padding mask on cached steps, any step length, ``cache_first_G`` |
-| ``hf-generate`` | on | on | as ``hf``, with HF ``generate``'s per-row positions cumsum(mask) - 1 (pads at 1) |
+| ``hf`` | on | on | HF ``use_cache=True``: causal + padding mask on cached steps, any step length |
+| ``hf-first-G`` | on | on | as ``hf`` with HF ``cache_first_G=True`` (sample 0's operators for the whole batch) |
+| ``hf-generate`` | on | on | as ``hf``, with HF ``generate``'s per-row positions cumsum(mask) - 1 of the current |
+| | | | transformers release (5.x: pads at 0); ``hf-generate-4.x`` / ``hf-generate-5.x`` name the version |
+| ``hf-generate-first-G`` | on | on | as ``hf-generate`` with ``cache_first_G=True`` (``hf-generate-4.x-first-G`` ...) |
 
 An ``initial_g_cache`` (PT-v510 ``Gcachelst_init``) is used at every step, in every mode.
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pldr_ref.attention import SoftmaxKernel
 from pldr_ref.config import PLDRConfig
 from pldr_ref.inference.cache import GCache, KVCache
 from pldr_ref.inference.step import CACHED_MASKS, StepOutput, cached_forward
@@ -37,6 +41,15 @@ EXTERNAL_G_KEY = "G_LM"
 PLDRV51_G_FILE = TRAINED_G_LM_FILE
 
 
+#: Position id HF ``generate`` gives padding tokens, by transformers version: 4.x
+#: ``GenerationMixin.prepare_inputs_for_generation`` (``position_ids.masked_fill_(attention_mask == 0, 1)``);
+#: 5.x ``GenerationMixin._prepare_position_ids_for_generation`` (``.masked_fill(attention_mask == 0, 0)``).
+HF_PAD_POSITIONS: dict[str, int] = {"4.x": 1, "5.x": 0}
+
+#: The transformers release whose ``generate`` rule is the default (the current release).
+HF_CURRENT_TRANSFORMERS = "5.x"
+
+
 @dataclasses.dataclass(frozen=True)
 class InferenceMode:
     """What a decoding loop caches after the prompt pass and how cached steps are masked.
@@ -46,9 +59,9 @@ class InferenceMode:
     (native PT-v510) or ``"causal"`` (HF).  ``cache_first_G``: store sample 0's operators only
     (B_G = 1) and broadcast them over the batch on later steps (HF).  ``pad_from_token``: padding
     keys are the tokens equal to ``pad_id`` (native) or only those the ``attention_mask`` marks (HF).
-    ``hf_positions``: with an attention mask, RoPE positions are HF ``generate``'s per-row
-    ``position_ids = cumsum(mask) - 1`` with padding at :data:`HF_PAD_POSITION` (:func:`hf_position_ids`);
-    otherwise every row uses the sequence index.
+    ``hf_positions``: None (every row uses the sequence index), or a transformers version in
+    :data:`HF_PAD_POSITIONS` (``"4.x"``, ``"5.x"``): with an attention mask, RoPE positions are that version's HF
+    ``generate`` per-row ``position_ids = cumsum(mask) - 1`` with its padding position (:func:`hf_position_ids`).
     """
 
     name: str
@@ -57,11 +70,14 @@ class InferenceMode:
     cached_mask: str = "none"
     cache_first_G: bool = False
     pad_from_token: bool = True
-    hf_positions: bool = False
+    hf_positions: str | None = None
 
     def __post_init__(self) -> None:
         if self.cached_mask not in CACHED_MASKS:
             raise ValueError(f"InferenceMode.cached_mask must be one of {CACHED_MASKS}, got {self.cached_mask!r}")
+        if self.hf_positions is not None and self.hf_positions not in HF_PAD_POSITIONS:
+            raise ValueError(f"InferenceMode.hf_positions must be None or a transformers version in "
+                             f"{sorted(HF_PAD_POSITIONS)}, got {self.hf_positions!r}")
 
 
 #: The four native PT-v510 generation modes (spec §8.1), keyed by name.
@@ -75,42 +91,60 @@ NATIVE_MODES: dict[str, InferenceMode] = {
 #: HF ``use_cache=True`` (spec §8.2); ``use_cache=False`` is native ``"none"``.
 HF_MODE = InferenceMode("hf", kv_cache=True, g_cache=True, cached_mask="causal", pad_from_token=False)
 
-#: HF ``generate(..., use_cache=True)``: as :data:`HF_MODE` (direct model calls, RoPE at ``cache_position``) plus
-#: ``generate``'s per-row ``position_ids`` from the attention mask (:func:`hf_position_ids`).
-HF_GENERATE_MODE = dataclasses.replace(HF_MODE, name="hf-generate", hf_positions=True)
-
-#: Position id HF ``GenerationMixin.prepare_inputs_for_generation`` gives padding tokens
-#: (``position_ids.masked_fill_(attention_mask == 0, 1)``).
-HF_PAD_POSITION = 1
-
-
-def hf_position_ids(attention_mask: np.ndarray) -> np.ndarray:
-    """HF ``generate``'s per-row positions [B, T]: cumsum(mask, axis=1) - 1, and HF_PAD_POSITION where mask = 0.
+def hf_position_ids(attention_mask: np.ndarray, transformers: str = HF_CURRENT_TRANSFORMERS) -> np.ndarray:
+    """HF ``generate``'s per-row positions [B, T]: cumsum(mask, axis=1) - 1, and where mask = 0 the padding
+    position of ``transformers`` (:data:`HF_PAD_POSITIONS`: 1 for ``"4.x"``, 0 for ``"5.x"``, the default).
 
     With left padding, every row's first real token sits at position 0; without padding this is arange(T).
+    ``[[0, 0, 1, 1, 1]]`` gives ``[[0, 0, 0, 1, 2]]`` (5.x) or ``[[1, 1, 0, 1, 2]]`` (4.x).
     """
+    if transformers not in HF_PAD_POSITIONS:
+        raise ValueError(f"transformers={transformers!r} is not one of {sorted(HF_PAD_POSITIONS)} (the HF generate "
+                         "position rules reproduced)")
     m = np.asarray(attention_mask)
     if m.ndim != 2:
         raise ValueError(f"attention_mask must be [B, T], got shape {m.shape}")
     keep = m.astype(bool)
-    return np.where(keep, np.cumsum(keep, axis=1, dtype=np.int64) - 1, HF_PAD_POSITION)
+    return np.where(keep, np.cumsum(keep, axis=1, dtype=np.int64) - 1, HF_PAD_POSITIONS[transformers])
 
 
 def hf_mode(cache_first_G: bool = False) -> InferenceMode:
-    """HF ``use_cache=True`` with the given ``cache_first_G`` flag."""
+    """HF ``use_cache=True`` with the given ``cache_first_G`` flag (``"hf"`` or ``"hf-first-G"``)."""
     return dataclasses.replace(HF_MODE, name="hf-first-G" if cache_first_G else "hf", cache_first_G=cache_first_G)
 
 
+def hf_generate_mode(transformers: str = HF_CURRENT_TRANSFORMERS, cache_first_G: bool = False) -> InferenceMode:
+    """HF ``generate(..., use_cache=True)`` of transformers ``transformers`` (:data:`HF_PAD_POSITIONS`): as
+    :data:`HF_MODE` (RoPE at ``cache_position``) plus ``generate``'s per-row ``position_ids`` from the attention
+    mask (:func:`hf_position_ids`), with HF's ``cache_first_G`` flag.  Named ``hf-generate-<version>[-first-G]``."""
+    if transformers not in HF_PAD_POSITIONS:
+        raise ValueError(f"transformers={transformers!r} is not one of {sorted(HF_PAD_POSITIONS)}")
+    name = f"hf-generate-{transformers}" + ("-first-G" if cache_first_G else "")
+    return dataclasses.replace(HF_MODE, name=name, hf_positions=transformers, cache_first_G=cache_first_G)
+
+
+#: HF ``generate`` of the current transformers release (:data:`HF_CURRENT_TRANSFORMERS`), named ``hf-generate``.
+HF_GENERATE_MODE = dataclasses.replace(hf_generate_mode(), name="hf-generate")
+
+#: Every HF mode by name: ``hf``, ``hf-first-G``, ``hf-generate`` and ``hf-generate-first-G`` (current release),
+#: ``hf-generate-<version>`` and ``hf-generate-<version>-first-G`` for every version in :data:`HF_PAD_POSITIONS`.
+HF_MODES: dict[str, InferenceMode] = {
+    "hf": HF_MODE,
+    "hf-first-G": hf_mode(cache_first_G=True),
+    "hf-generate": HF_GENERATE_MODE,
+    "hf-generate-first-G": dataclasses.replace(hf_generate_mode(cache_first_G=True), name="hf-generate-first-G"),
+    **{m.name: m for v in HF_PAD_POSITIONS for m in (hf_generate_mode(v), hf_generate_mode(v, cache_first_G=True))},
+}
+
+
 def resolve_mode(mode: str | InferenceMode) -> InferenceMode:
-    """An :class:`InferenceMode` from itself or a name in :data:`NATIVE_MODES`, ``"hf"`` or ``"hf-generate"``."""
+    """An :class:`InferenceMode` from itself or a name in :data:`NATIVE_MODES` or :data:`HF_MODES`."""
     if isinstance(mode, InferenceMode):
         return mode
-    if mode == "hf":
-        return HF_MODE
-    if mode == "hf-generate":
-        return HF_GENERATE_MODE
+    if mode in HF_MODES:
+        return HF_MODES[mode]
     if mode not in NATIVE_MODES:
-        raise ValueError(f"unknown inference mode {mode!r}; available: {[*NATIVE_MODES, 'hf', 'hf-generate']}")
+        raise ValueError(f"unknown inference mode {mode!r}; available: {[*NATIVE_MODES, *HF_MODES]}")
     return NATIVE_MODES[mode]
 
 
@@ -121,7 +155,8 @@ class DecodeState:
     ids [B, T]: every token so far; attention_mask [B, T] (HF, 1 = keep) or None;
     kv_cache / g_cache: the caches the mode keeps (None when off); rope_table: the explicit RoPE table (or
     None); position_ids [B, T]: the RoPE positions of every token so far when they were given explicitly
-    (None: the sequence index, or HF generate's positions in mode ``hf-generate``).
+    (None: the sequence index, or HF generate's positions in mode ``hf-generate``); softmax_kernel: the
+    explicit float32 softmax (or None); check_finite_values: whether every call raises on NaN/inf.
     """
 
     ids: np.ndarray
@@ -130,6 +165,8 @@ class DecodeState:
     g_cache: GCache | None
     rope_table: RopeTable | None = None
     position_ids: np.ndarray | None = None
+    softmax_kernel: SoftmaxKernel | None = None
+    check_finite_values: bool = True
 
 
 def prefill(
@@ -141,13 +178,17 @@ def prefill(
     initial_g_cache: GCache | None = None,
     rope_table: RopeTable | None = None,
     position_ids: np.ndarray | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
 ) -> tuple[StepOutput, DecodeState]:
     """The prompt pass: full causal forward of the prompt; caches are filled as ``mode`` says.
 
     With ``initial_g_cache`` the prompt pass already uses it (PT-v510 ``Gcachelst_init``).
     HF ``cache_first_G``: the prompt pass uses per-sample operators, sample 0's are stored.
     ``position_ids`` [B, T]: explicit per-row RoPE positions of the prompt; later tokens of a row continue
-    from its last position (+1 per token).
+    from its last position (+1 per token).  ``rope_table`` / ``softmax_kernel``: the inputs of the
+    ``"explicit"`` switch values.  ``check_finite_values=False`` returns NaN/inf logits instead of raising
+    ``FloatingPointError`` (HF eager's NaN rows on left padding), here and in every :func:`advance` of the state.
     """
     m = resolve_mode(mode)
     if (m.g_cache or initial_g_cache is not None) and params.config.gram_mode == "cumulative":
@@ -156,7 +197,7 @@ def prefill(
     step = cached_forward(
         params, ids, g_cache=initial_g_cache, attention_mask=attention_mask, pad_masking=m.pad_from_token,
         position_ids=_mode_positions(m, attention_mask, ids.shape[1]) if position_ids is None else position_ids,
-        rope_table=rope_table,
+        rope_table=rope_table, softmax_kernel=softmax_kernel, check_finite_values=check_finite_values,
     )
     g = initial_g_cache
     if g is None and m.g_cache:
@@ -164,7 +205,8 @@ def prefill(
     kv = step.kv_cache if m.kv_cache else None
     mask = None if attention_mask is None else np.asarray(attention_mask)
     pos = None if position_ids is None else np.asarray(step.output.positions)
-    return step, DecodeState(ids.astype(np.int64), mask, kv, g, rope_table, pos)
+    return step, DecodeState(ids.astype(np.int64), mask, kv, g, rope_table, pos, softmax_kernel,
+                             check_finite_values)
 
 
 def _continued_positions(state: DecodeState, num_new: int) -> np.ndarray | None:
@@ -176,9 +218,9 @@ def _continued_positions(state: DecodeState, num_new: int) -> np.ndarray | None:
 
 def _mode_positions(m: InferenceMode, attention_mask: np.ndarray | None, last: int) -> np.ndarray | None:
     """RoPE position ids of the last ``last`` tokens for mode ``m`` (None: the sequence index)."""
-    if not m.hf_positions or attention_mask is None:
+    if m.hf_positions is None or attention_mask is None:
         return None
-    return hf_position_ids(attention_mask)[:, -last:]
+    return hf_position_ids(attention_mask, m.hf_positions)[:, -last:]
 
 
 def advance(
@@ -188,11 +230,14 @@ def advance(
     mode: str | InferenceMode,
     *,
     new_attention_mask: np.ndarray | None = None,
+    check_finite_values: bool | None = None,
 ) -> tuple[np.ndarray, StepOutput, DecodeState]:
     """Feed ``new_ids`` [B, S] after ``state``; returns (logits of the new rows [B, S, V], step, state).
 
     KV on: one call on the new tokens at positions T..T+S-1.  KV off: one call on the whole
     sequence (its last S rows are returned).  The G cache, when present, is used unchanged.
+    ``check_finite_values`` (default: the state's, from :func:`prefill`): False returns NaN/inf logits instead
+    of raising ``FloatingPointError``.
     """
     m = resolve_mode(mode)
     new = np.asarray(new_ids)
@@ -204,6 +249,8 @@ def advance(
         old = np.ones(state.ids.shape, dtype=np.int64) if state.attention_mask is None else state.attention_mask
         add = np.ones(new.shape, dtype=np.int64) if new_attention_mask is None else np.asarray(new_attention_mask)
         mask = np.concatenate([old.astype(np.int64), add.astype(np.int64)], axis=1)
+    finite = state.check_finite_values if check_finite_values is None else bool(check_finite_values)
+    explicit = dict(rope_table=state.rope_table, softmax_kernel=state.softmax_kernel, check_finite_values=finite)
     more = _continued_positions(state, new.shape[1])
     positions = None if more is None else np.concatenate([state.position_ids, more], axis=1)
     if m.kv_cache:
@@ -213,17 +260,18 @@ def advance(
             params, new, kv_cache=state.kv_cache, g_cache=state.g_cache, cached_mask=m.cached_mask,
             attention_mask=None if mask is None else mask[:, -new.shape[1]:], pad_masking=m.pad_from_token,
             position_ids=_mode_positions(m, mask, new.shape[1]) if positions is None else positions[:, -new.shape[1]:],
-            rope_table=state.rope_table,
+            **explicit,
         )
         logits = step.logits
         kv = step.kv_cache
     else:
         step = cached_forward(params, ids, g_cache=state.g_cache, attention_mask=mask, pad_masking=m.pad_from_token,
                               position_ids=_mode_positions(m, mask, ids.shape[1]) if positions is None else positions,
-                              rope_table=state.rope_table)
+                              **explicit)
         logits = step.logits[:, -new.shape[1]:]
         kv = None
-    return logits, step, DecodeState(ids, mask, kv, state.g_cache, state.rope_table, positions)
+    return logits, step, DecodeState(ids, mask, kv, state.g_cache, state.rope_table, positions, state.softmax_kernel,
+                                     finite)
 
 
 # ----------------------------------------------------------------------------- external G

@@ -19,12 +19,13 @@ import dataclasses
 
 import numpy as np
 
-from pldr_ref.attention import causal_padding_mask
+from pldr_ref.attention import SoftmaxKernel, causal_padding_mask
 from pldr_ref.inference.cache import GCache, KVCache, g_cache_from_output, kv_cache_from_output
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
 from pldr_ref.layer import decoder_layer
 from pldr_ref.model import (
     ForwardOutput,
+    check_explicit_inputs,
     check_finite,
     embed,
     layer_finite_check,
@@ -96,6 +97,7 @@ def cached_forward(
     check_finite_values: bool = True,
     position_ids: np.ndarray | None = None,
     rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
 ) -> StepOutput:
     """Forward of S new tokens [B, S] given the caches of the T0 earlier ones (spec §8; paper §4.4).
 
@@ -104,11 +106,13 @@ def cached_forward(
     new keys comes from ``attention_mask`` (1 = keep) or token id ``pad_id`` (``pad_masking``); it is
     remembered in the returned KV cache for later causal cached masks (``pad_masking`` None: the config's
     ``pad_source``).  ``position_ids`` [B, S] (HF) are the RoPE positions of the new rows; the mask and the
-    cache bookkeeping keep the sequence index T0..T0+S-1 (HF ``cache_position``).
+    cache bookkeeping keep the sequence index T0..T0+S-1 (HF ``cache_position``).  ``rope_table`` and
+    ``softmax_kernel`` are the inputs of the ``"explicit"`` switch values (:func:`pldr_ref.model.forward`).
     """
     if not isinstance(params, Params):
         raise TypeError(f"params must be a pldr_ref.Params, got {type(params).__name__}")
     c = params.config
+    check_explicit_inputs(c, rope_table, softmax_kernel)
     t0 = 0 if kv_cache is None else kv_cache.length
     if kv_cache is not None and start_pos not in (None, t0):
         raise ValueError(f"start_pos={start_pos} disagrees with the KV cache length {t0}")
@@ -145,6 +149,7 @@ def cached_forward(
                 gram_offset=None if lk is None or not cumulative else lk.gram,
                 rope_table=rope_table,
                 check=layer_finite_check(i) if check_finite_values else None,
+                softmax_kernel=softmax_kernel,
             )
             traces.append(t)
             x = t.out2
