@@ -114,6 +114,7 @@ class NaiveStats:
     offset: float = 0.0
     gain: float = 0.0
     n: int = 0
+    members: tuple[tuple[float, float, float, float], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,15 +230,16 @@ def baseline_allowance(dtype: str, golden: np.ndarray, baseline: NaiveStats | fl
               "scale": scale, "kappa": float(stats.max_abs) / (u * scale) if scale > 0 else 0.0, "source": source}
     w = (WHOLE_CHAIN_FACTORS[dtype] if chain else 1.0) * whole_tensor_factor(dtype) * sub
     rms = w * K_RMS * rho
+    offset = w * (K_BIAS * (abs(stats.offset) + noise) + BIAS_FLOOR * rho)
+    gain = w * (K_BIAS * (abs(stats.gain) + noise) + BIAS_FLOOR * rho)
     if scale > 0 and (rms > MAX_ALLOWANCE_FRACTION or atol > MAX_ABS_FRACTION * scale):
-        return Allowance(atol, 0.0, label, detail, judged=False, judgeable=single_stage, rms=rms,
+        return Allowance(atol, 0.0, label, detail, judged=False, judgeable=single_stage, rms=rms, offset=offset,
+                         gain=gain,
                          reason=f"allowance (relative RMS {rms:.1%}, max {atol / scale:.1%} of the scale) exceeds "
                                 f"{MAX_ALLOWANCE_FRACTION:.0%} RMS / {MAX_ABS_FRACTION:.0%} max (naive {dtype} "
                                 f"error: RMS {stats.rms_rel:.1%}, max {stats.max_abs / scale:.1%}): {dtype} cannot "
                                 "resolve this output" + ("" if single_stage else " end to end"))
-    return Allowance(atol, 0.0, RULE_BASELINE, detail, rms=rms,
-                     offset=w * (K_BIAS * (abs(stats.offset) + noise) + BIAS_FLOOR * rho),
-                     gain=w * (K_BIAS * (abs(stats.gain) + noise) + BIAS_FLOOR * rho))
+    return Allowance(atol, 0.0, RULE_BASELINE, detail, rms=rms, offset=offset, gain=gain)
 
 
 def output_allowance(case: Any, name: str, dtype: str, golden: np.ndarray, baseline: NaiveStats | float | str | None,
@@ -366,18 +368,25 @@ def case_baselines(case: Any, dtype: str, keep: Mapping[str, np.ndarray] | None 
     wide = beyond_float32(case)
     if wide:
         return {}, f"{wide} holds finite values beyond the float32 range: no backend below float64 can carry it"
-    run = naive_outputs(case, dtype)
-    if run is None:
+    from pldr_ref.harness.calibration import case_runs, robust_stats
+
+    runs = [run for _, run in case_runs(case, dtype)]
+    if any(run is None for run in runs):
         return None, "none"
-    source = "naive run (one stage)" if case.kind in SINGLE_STAGE_KINDS else "naive run (whole case)"
+    source = ("calibration ensemble (one stage)" if case.kind in SINGLE_STAGE_KINDS
+              else "calibration ensemble (whole case)")
     keep = keep or {}
     out = {}
     for name, g in case.outputs.items():
-        if name not in run:
-            continue
-        sel = keep.get(name)
-        if sel is not None and np.shape(run[name]) == np.shape(g):
-            out[name] = naive_stats(np.asarray(g)[sel], np.asarray(run[name])[sel])
-        else:
-            out[name] = naive_stats(g, run[name])
+        per = []
+        for run in runs:
+            if name not in run:
+                continue
+            sel = keep.get(name)
+            if sel is not None and np.shape(run[name]) == np.shape(g):
+                per.append(naive_stats(np.asarray(g)[sel], np.asarray(run[name])[sel]))
+            else:
+                per.append(naive_stats(g, run[name]))
+        if len(per) == len(runs):
+            out[name] = robust_stats(per)
     return out, source

@@ -1,0 +1,148 @@
+"""Allowances calibrated on an ensemble of legitimate low-precision implementations (``docs/tolerances.md``).
+
+Each member of :data:`ENSEMBLE` is an :class:`~pldr_ref.harness.arithmetic.Arithmetic`: one legitimate way to
+compute the model in a storage dtype (accumulation in float32 or in the dtype, one-pass or blocked sums in two
+orders, two-pass or online softmax, exp or exp2, division or reciprocal, fused or unfused bias and activation,
+TF32 products in float32 runs, and the naive run that rounds only stage outputs).  Every member runs the case (or
+the isolated stage) through the reference code with its arithmetic (:func:`pldr_ref.harness.arithmetic.emulating`);
+its error against the golden value gives four numbers per output (max error, relative RMS, offset, gain).  The
+allowance takes the **median over the members** of each number (:func:`robust_stats`) -- never one run's maximum --
+and scales it by the factors of :mod:`pldr_ref.harness.tolerance`.  The medians are rounded up to
+:data:`SIGNIFICANT_DIGITS` significant digits, so an allowance is the same on every machine, BLAS, thread count
+and ml_dtypes version (the arithmetic is elementwise NumPy in explicit order, the rounding pldr_ref's own).
+
+Members are evaluated once per case, dtype (and isolated stage) and process (:func:`case_runs`, memoized on the
+case's content).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from pldr_ref.harness.arithmetic import Arithmetic, emulating
+
+#: The calibration ensemble (10 members for bfloat16 / float16; the float32 ensemble adds a TF32 member).
+ENSEMBLE: tuple[Arithmetic, ...] = (
+    Arithmetic("naive", internal=False),
+    Arithmetic("f32acc-seq"),
+    Arithmetic("f32acc-t16-online16-exp2", tile=16, softmax="online", softmax_tile=16, exp2=True),
+    Arithmetic("f32acc-t64-online64-recip-unfused", tile=64, softmax="online", softmax_tile=64, reciprocal=True,
+               fused=False),
+    Arithmetic("f32acc-t256-exp2-recip", tile=256, exp2=True, reciprocal=True),
+    Arithmetic("f32acc-reverse-unfused", order="reverse", fused=False),
+    Arithmetic("dtype-acc-t16", accumulate="storage", tile=16),
+    Arithmetic("dtype-acc-seq-online64", accumulate="storage", softmax="online", softmax_tile=64),
+    Arithmetic("dtype-all-t64-recip", accumulate="storage", compute="storage", tile=64, reciprocal=True),
+    Arithmetic("f32acc-reverse-t16-online256-exp2-unfused", order="reverse", tile=16, softmax="online",
+               softmax_tile=256, exp2=True, fused=False),
+)
+#: Added to the float32 ensemble only.
+TF32_MEMBER = Arithmetic("tf32-products", tf32=True, tile=64)
+
+#: Medians are rounded up to this many significant digits (machine independence, see module docstring).
+SIGNIFICANT_DIGITS = 2
+
+
+def members(dtype: str) -> tuple[Arithmetic, ...]:
+    """The calibration ensemble of ``dtype``."""
+    return ENSEMBLE + ((TF32_MEMBER,) if dtype == "float32" else ())
+
+
+def round_up(x: float, digits: int = SIGNIFICANT_DIGITS) -> float:
+    """``x`` >= 0 rounded up to ``digits`` significant decimal digits (0 stays 0)."""
+    if not x > 0 or not math.isfinite(x):
+        return x
+    e = math.floor(math.log10(x)) - digits + 1
+    q = 10.0 ** e
+    return float(f"{math.ceil(x / q - 1e-9) * q:.{digits}g}")
+
+
+def case_digest(case: Any) -> str:
+    """A digest of what a calibration depends on: the case's name, kind, config, args, inputs, outputs, params."""
+    h = hashlib.sha256()
+    h.update(repr((case.name, case.kind, repr(case.config), sorted(case.args.items()))).encode())
+    tensors = [case.inputs, case.outputs] + ([dict(case.params.items())] if case.params is not None else [])
+    for group in tensors:
+        for k in sorted(group):
+            a = np.ascontiguousarray(group[k])
+            h.update(k.encode())
+            h.update(str(a.dtype).encode())
+            h.update(repr(a.shape).encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
+_MEMO: dict[tuple, Any] = {}
+#: Most entries kept in :data:`_MEMO` (oldest dropped first).
+MEMO_ENTRIES = 4096
+
+
+def _memo(key: tuple, compute: Callable[[], Any]) -> Any:
+    if key not in _MEMO:
+        if len(_MEMO) >= MEMO_ENTRIES:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = compute()
+    return _MEMO[key]
+
+
+def _digest(case: Any) -> str:
+    cached = getattr(case, "_calibration_digest", None)
+    if cached is None:
+        cached = case_digest(case)
+        with contextlib.suppress(AttributeError, TypeError):
+            object.__setattr__(case, "_calibration_digest", cached)
+    return cached
+
+
+def case_runs(case: Any, dtype: str) -> list[tuple[str, dict[str, np.ndarray] | None]]:
+    """(member name, outputs) of every member's run of ``case`` in ``dtype`` (None: no run for this kind)."""
+    from pldr_ref.harness.tolerance import naive_outputs
+
+    def compute() -> list[tuple[str, dict[str, np.ndarray] | None]]:
+        out = []
+        for m in members(dtype):
+            with emulating(m, dtype):
+                out.append((m.name, naive_outputs(case, dtype)))
+        return out
+
+    return _memo(("case", _digest(case), dtype), compute)
+
+
+def stage_runs(case: Any, stage: str, layer: int | None, inputs: Mapping[str, np.ndarray], dtype: str,
+               run: Callable[[], dict[str, np.ndarray] | None]) -> list[tuple[str, dict[str, np.ndarray] | None]]:
+    """(member name, outputs) of every member's run of one isolated stage (``run`` evaluates it)."""
+
+    def compute() -> list[tuple[str, dict[str, np.ndarray] | None]]:
+        out = []
+        for m in members(dtype):
+            with emulating(m, dtype):
+                out.append((m.name, run()))
+        return out
+
+    return _memo(("stage", _digest(case), dtype, stage, layer), compute)
+
+
+def robust_stats(per_member: list[Any]) -> Any:
+    """The ensemble's statistics of one output: the median over the members of max error, relative RMS, |offset|
+    and |gain| (each rounded up to :data:`SIGNIFICANT_DIGITS` digits), with the members' values in ``members``.
+    None (non-finite) when at least half the members are non-finite there."""
+    from pldr_ref.harness.tolerance import NaiveStats
+
+    finite = [s for s in per_member if s is not None and s.max_abs is not None]
+    if not per_member or 2 * len(finite) <= len(per_member):
+        return None
+    n = finite[0].n
+
+    def med(vals: list[float]) -> float:
+        return round_up(float(np.median(np.asarray(vals, dtype=np.float64))))
+
+    return NaiveStats(med([s.max_abs for s in finite]), med([s.rms_rel for s in finite]),
+                      med([abs(s.offset) for s in finite]), med([abs(s.gain) for s in finite]), n,
+                      members=tuple((s.max_abs, s.rms_rel, s.offset, s.gain) for s in per_member if s is not None
+                                    and s.max_abs is not None))
