@@ -172,25 +172,30 @@ def matmul(x: np.ndarray, y: np.ndarray, *, round_operands: bool = True) -> np.n
         b = np.concatenate([b, np.zeros((*b.shape[:-2], pad, b.shape[-1]))], axis=-2)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     m, n = a.shape[-2], b.shape[-1]
-    total = np.zeros((*batch, m, n))
     if nt == 0:
-        return total
+        return np.zeros((*batch, m, n))
+    _, dt = _current()
+    if arith.accumulate == "float32" or dt == "float32":  # a float32 register: NumPy's IEEE cast rounds
+        def acc_round(v: np.ndarray) -> np.ndarray:
+            return v.astype(np.float32)
+    else:
+        def acc_round(v: np.ndarray) -> np.ndarray:
+            return round_to_dtype(v, dt)
     out_size = max(1, int(np.prod(batch, dtype=np.int64)) * m * n)
     group = max(1, min(nt, STEP_ELEMENTS // out_size))
-    first = True
+    total = None
     with np.errstate(over="ignore", invalid="ignore"):
         for g0 in range(0, nt, group):
-            tiles = np.arange(g0, min(nt, g0 + group))
+            g1 = min(nt, g0 + group)
             acc = None
-            for j in range(tile):  # one term of every tile of the group per step
-                idx = tiles * tile + j
-                p = a[..., :, idx][..., :, :, None] * b[..., idx, :][..., None, :, :]  # exact products
-                acc = _racc(p) if acc is None else _racc(acc + p)
+            for j in range(tile):  # one term of every tile of the group per step (strided views, no copies)
+                cols = slice(g0 * tile + j, g1 * tile, tile)
+                p = a[..., :, cols, None] * b[..., cols, :][..., None, :, :]
+                acc = acc_round(p) if acc is None else acc_round(acc + p)  # products exact in float64
             for t in range(acc.shape[-2]):  # partial sums of the tiles, added in order
                 part = acc[..., :, t, :]
-                total = np.broadcast_to(part, total.shape).copy() if first else _racc(total + part)
-                first = False
-    return total
+                total = np.broadcast_to(part, (*batch, m, n)) if total is None else acc_round(total + part)
+    return np.array(total, dtype=np.float64)
 
 
 def row_sum(x: np.ndarray) -> np.ndarray:
@@ -358,9 +363,22 @@ def mix_values(e: np.ndarray, v: np.ndarray) -> np.ndarray:
     return matmul(e, v)
 
 
+#: Modules that bind primitives by name and may be imported lazily: loaded before the first swap, so that none is
+#: first imported inside an :func:`emulating` block (it would bind the emulations for good).
+PRELOAD = ("pldr_ref.model", "pldr_ref.layer", "pldr_ref.metric_learner", "pldr_ref.inference",
+           "pldr_ref.inference.step", "pldr_ref.inference.scoring", "pldr_ref.inference.generation",
+           "pldr_ref.inference.modes", "pldr_ref.fixtures.runners", "pldr_ref.fixtures.baselines",
+           "pldr_ref.harness.stage_reference")
+
+
 def _replacements() -> dict[Callable[..., Any], Callable[..., Any]]:
+    import importlib
+
     from pldr_ref import activations, attention, density, norms, plga
     from pldr_ref import glu as glu_mod
+
+    for name in PRELOAD:
+        importlib.import_module(name)
 
     return {glu_mod.linear: linear, glu_mod.glu: glu, norms.layer_norm: layer_norm, activations.silu: silu,
             activations.sigmoid: sigmoid, activations.iswiglu: iswiglu, density.density_operator: density_operator,
@@ -371,34 +389,45 @@ def _replacements() -> dict[Callable[..., Any], Callable[..., Any]]:
 
 
 _ORIGINALS: dict[Callable[..., Any], Callable[..., Any]] | None = None
+#: (number of loaded modules, patch sites) of the last scan: the sites are found again when modules were loaded.
+_SITES: list[Any] = [-1, []]
+
+
+def _patch_sites() -> list[tuple[Any, str, Any, Callable[..., Any]]]:
+    """(module, attribute, original, emulation) for every ``pldr_ref`` module attribute bound to a primitive."""
+    global _ORIGINALS
+    if _ORIGINALS is None:
+        _ORIGINALS = _replacements()
+    if _SITES[0] != len(sys.modules):
+        swaps = {id(orig): new for orig, new in _ORIGINALS.items()}
+        sites = []
+        for name, mod in list(sys.modules.items()):
+            if mod is None or name == __name__ or not (name == "pldr_ref" or name.startswith("pldr_ref.")):
+                continue
+            for attr, val in list(vars(mod).items()):
+                new = swaps.get(id(val))
+                if new is not None and callable(val):
+                    sites.append((mod, attr, val, new))
+        _SITES[0], _SITES[1] = len(sys.modules), sites
+    return _SITES[1]
 
 
 @contextlib.contextmanager
 def emulating(arith: Arithmetic, dtype: str) -> Iterator[None]:
     """Inside the block every reference primitive bound by a ``pldr_ref`` module is replaced by its emulation
-    in ``arith`` with storage dtype ``dtype`` (``arith.internal`` False: nothing is replaced)."""
-    global _ORIGINALS
+    in ``arith`` with storage dtype ``dtype`` (``arith.internal`` False: nothing is replaced); floating-point
+    overflow and invalid operations give inf / NaN silently, as in a kernel."""
     if not arith.internal:
         yield
         return
-    with _ACTIVE:
-        if _ORIGINALS is None:
-            _ORIGINALS = _replacements()
-        swaps = {id(orig): new for orig, new in _ORIGINALS.items()}
-        patched: list[tuple[Any, str, Any]] = []
-        for name, mod in list(sys.modules.items()):
-            if not (name == "pldr_ref" or name.startswith("pldr_ref.")) or mod is None or \
-                    name == __name__:
-                continue
-            for attr, val in list(vars(mod).items()):
-                new = swaps.get(id(val))
-                if new is not None and callable(val):
-                    patched.append((mod, attr, val))
-                    setattr(mod, attr, new)
+    with _ACTIVE, np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        sites = _patch_sites()
+        for mod, attr, _, new in sites:
+            setattr(mod, attr, new)
         _PROCESS[0], _PROCESS[1] = arith, dtype
         try:
             yield
         finally:
-            for mod, attr, val in patched:
+            for mod, attr, val, _ in sites:
                 setattr(mod, attr, val)
             _PROCESS[0] = None

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -79,8 +81,9 @@ def case_digest(case: Any) -> str:
 
 
 _MEMO: dict[tuple, Any] = {}
-#: Most entries kept in :data:`_MEMO` (oldest dropped first).
-MEMO_ENTRIES = 4096
+#: Most member runs kept in :data:`_MEMO` (oldest dropped first): the statistics are kept in :data:`_STORE`, the
+#: runs only while the outputs of one case are judged.
+MEMO_ENTRIES = 48
 
 
 def _memo(key: tuple, compute: Callable[[], Any]) -> Any:
@@ -114,7 +117,7 @@ def case_runs(case: Any, dtype: str) -> list[tuple[str, dict[str, np.ndarray] | 
     return _memo(("case", _digest(case), dtype), compute)
 
 
-def stage_runs(case: Any, stage: str, layer: int | None, inputs: Mapping[str, np.ndarray], dtype: str,
+def stage_runs(case: Any, stage: str, layer: int | None, dtype: str,
                run: Callable[[], dict[str, np.ndarray] | None]) -> list[tuple[str, dict[str, np.ndarray] | None]]:
     """(member name, outputs) of every member's run of one isolated stage (``run`` evaluates it)."""
 
@@ -126,6 +129,110 @@ def stage_runs(case: Any, stage: str, layer: int | None, inputs: Mapping[str, np
         return out
 
     return _memo(("stage", _digest(case), dtype, stage, layer), compute)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the statistics store: computed once per case, dtype and output, committed in CACHE_FILE
+
+#: The committed statistics of the committed suite (``python -m pldr_ref.harness.calibration --write``): validation
+#: reads them instead of running the ensemble; a case whose digest is absent (another suite, a changed case) is
+#: calibrated at validation time.  ``tests/test_harness_calibration.py`` recomputes a sample and checks coverage.
+CACHE_FILE = Path(__file__).with_name("calibration.json")
+#: Bumped whenever the emulated arithmetic or the statistic changes: statistics of another revision are ignored.
+CALIBRATION_REVISION = 1
+
+_STORE: dict[str, Any] | None = None
+
+
+def fingerprint() -> str:
+    """Identifies the ensemble, the statistic and :data:`CALIBRATION_REVISION`."""
+    text = repr((members("float32"), members("bfloat16"), SIGNIFICANT_DIGITS, CALIBRATION_REVISION))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _store() -> dict[str, Any]:
+    global _STORE
+    if _STORE is None:
+        _STORE = {}
+        if CACHE_FILE.is_file():
+            doc = json.loads(CACHE_FILE.read_text(encoding="utf-8"))
+            if doc.get("fingerprint") == fingerprint():
+                _STORE = doc["cases"]
+    return _STORE
+
+
+def _encode(st: Any) -> list | str | None:
+    return st if st is None or isinstance(st, str) else [st.max_abs, st.rms_rel, st.offset, st.gain, st.n]
+
+
+def _decode(v: list | str | None) -> Any:
+    from pldr_ref.harness.tolerance import NaiveStats
+
+    return v if v is None or isinstance(v, str) else NaiveStats(v[0], v[1], v[2], v[3], int(v[4]))
+
+
+def stored_stats(case: Any, dtype: str, key: str, compute: Callable[[], Any]) -> Any:
+    """The ensemble statistics of ``key`` (an output name, or ``stage:layer:leaf``) of ``case`` in ``dtype``:
+    from the store, else ``compute()`` (then kept in the store for this process)."""
+    entry = _store().setdefault(_digest(case), {}).setdefault(dtype, {})
+    if key not in entry:
+        entry[key] = _encode(compute())
+    return _decode(entry[key])
+
+
+def write_store(cases: list[Any], path: Path = CACHE_FILE) -> int:
+    """Write the statistics of ``cases`` (computed where missing by validating a golden-output backend on every
+    case in float32, bfloat16 and float16) to ``path``; returns the number of entries."""
+    from pldr_ref.harness.validate import validate
+
+    validate(_GoldenBackend(), cases, ("float32", "bfloat16", "float16"))
+    store = _store()
+    keep = {_digest(c): store[_digest(c)] for c in cases if _digest(c) in store}
+    doc = {"fingerprint": fingerprint(), "cases": keep}
+    path.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n", encoding="utf-8")
+    return sum(len(v) for d in keep.values() for v in d.values())
+
+
+class _GoldenBackend:
+    """The golden outputs of every case and the float64 reference stages, in every dtype: validating it computes
+    every statistic the harness uses."""
+
+    name = "golden"
+
+    def capabilities(self) -> Any:
+        from pldr_ref.fixtures.runners import RUNNERS
+        from pldr_ref.harness.protocol import DTYPES, Capabilities
+        from pldr_ref.registry import ALL_STAGES
+
+        return Capabilities(dtypes=DTYPES, kinds=tuple(RUNNERS), stages=tuple(s.name for s in ALL_STAGES),
+                            caches=("kv", "g"), position_ids=True)
+
+    def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
+        return dict(case.outputs)
+
+    def run_stage(self, request: Any) -> dict[str, np.ndarray]:
+        from pldr_ref.harness.stage_reference import reference_stage
+
+        return reference_stage(request.stage, request.layer, request.config, request.params, request.inputs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``--write``: recompute and write :data:`CACHE_FILE` for the committed suite."""
+    import argparse
+
+    from pldr_ref.harness.cli import load_suite, suite_root
+
+    p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.calibration", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--write", action="store_true", help=f"write {CACHE_FILE.name} for the suite")
+    p.add_argument("--suite-dir", "--suite", dest="suite", default="default")
+    args = p.parse_args(argv)
+    if args.write:
+        global _STORE
+        _STORE = {}  # recompute everything
+        n = write_store(load_suite(suite_root(args.suite), None, None))
+        print(f"wrote {n} statistics to {CACHE_FILE}")
+    return 0
 
 
 def robust_stats(per_member: list[Any]) -> Any:
@@ -146,3 +253,9 @@ def robust_stats(per_member: list[Any]) -> Any:
                       med([abs(s.offset) for s in finite]), med([abs(s.gain) for s in finite]), n,
                       members=tuple((s.max_abs, s.rms_rel, s.offset, s.gain) for s in per_member if s is not None
                                     and s.max_abs is not None))
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -243,7 +243,7 @@ def _rounded_params(params: Params, dtype: str, cache: dict) -> Params:
 
 def stage_allowance(case: Any, stage: str, layer: int | None, leaf: str, inputs: Mapping[str, np.ndarray],
                     golden: np.ndarray, dtype: str, params_cache: dict,
-                    naive: Mapping[str, np.ndarray] | None) -> Allowance:
+                    naive: Any) -> Allowance:
     """float64: the case tolerance of the trace entry; integer / boolean entries: exact; lower dtypes: the
     four tests scaled by the naive run of this stage alone (its own conditioning, never the compounded one).
     An isolated stage's allowance above the stated fraction of its scale makes it not judged (it covers
@@ -253,9 +253,16 @@ def stage_allowance(case: Any, stage: str, layer: int | None, leaf: str, inputs:
         if dtype == "float64" and np.asarray(golden).dtype.kind == "f":
             return float64_allowance(case, full)
         return output_allowance(case, full, dtype, golden, None)
-    stats = _ensemble_stats(golden, dtype, naive, leaf)
-    return baseline_allowance(dtype, golden, stats, inner_dimension(case), source="isolated stage (naive run)",
-                              single_stage=True)
+    if callable(naive):  # the members' runs, computed only when the statistics are not stored
+        from pldr_ref.harness.calibration import stored_stats
+
+        runs = naive
+        stats = stored_stats(case, dtype, f"stage:{stage}:{layer}:{leaf}",
+                             lambda: _ensemble_stats(golden, dtype, runs(), leaf))
+    else:
+        stats = _ensemble_stats(golden, dtype, naive, leaf)
+    return baseline_allowance(dtype, golden, stats, inner_dimension(case),
+                              source="isolated stage (calibration ensemble)", single_stage=True)
 
 
 def _ensemble_stats(golden: np.ndarray, dtype: str, runs: Any, leaf: str) -> Any:
@@ -276,8 +283,7 @@ def ensemble_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str
     member's arithmetic; memoized per case, dtype and stage)."""
     from pldr_ref.harness.calibration import stage_runs
 
-    runs = stage_runs(case, stage, layer, inputs, dtype,
-                      lambda: naive_stage(case, stage, layer, inputs, dtype, params_cache))
+    runs = stage_runs(case, stage, layer, dtype, lambda: naive_stage(case, stage, layer, inputs, dtype, params_cache))
     return [r for _, r in runs]
 
 
@@ -336,7 +342,9 @@ def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
             results.append(StageResult(stage, layer, "error", (),
                                        note=f"run_stage returned {type(got).__name__}, expected a dict of arrays"))
             continue
-        naive = None if dtype == "float64" else ensemble_stage(case, stage, layer, inputs, dtype, params_cache)
+        def naive(stage=stage, layer=layer, inputs=inputs) -> list[dict[str, np.ndarray] | None]:
+            return ensemble_stage(case, stage, layer, inputs, dtype, params_cache)
+
         outs = []
         for leaf, want in golden.items():
             full = leaf if layer is None else f"layers.{layer}.{leaf}"
@@ -348,8 +356,9 @@ def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
             if sel is not None and np.shape(got_leaf) == np.shape(want) and sel.any():
                 # judged on the representable rows only (pldr_ref.harness.representable)
                 want, got_leaf = np.asarray(want)[sel], np.asarray(got_leaf)[sel]
-                naive_sel = None if naive is None else [
-                    None if r is None or leaf not in r else {leaf: np.asarray(r[leaf])[sel]} for r in naive]
+                def naive_sel(naive=naive, leaf=leaf, sel=sel) -> list[dict[str, np.ndarray] | None]:
+                    return [None if r is None or leaf not in r else {leaf: np.asarray(r[leaf])[sel]} for r in naive()]
+
                 allow = stage_allowance(case, stage, layer, leaf, inputs, want, dtype, params_cache, naive_sel)
                 res = judge(full, stage, want, got_leaf, dtype, allow)
                 outs.append(dataclasses.replace(res, note="; ".join(

@@ -357,6 +357,10 @@ def beyond_float32(case: Any) -> str | None:
     return None
 
 
+#: Stored in place of statistics for an output the ensemble's runs do not produce.
+ABSENT = "absent"
+
+
 def case_baselines(case: Any, dtype: str, keep: Mapping[str, np.ndarray] | None = None
                    ) -> tuple[dict[str, NaiveStats] | None, str]:
     """(naive-run statistics by output, source) of ``case`` in ``dtype``; (None, "none") for float64 or a
@@ -368,25 +372,28 @@ def case_baselines(case: Any, dtype: str, keep: Mapping[str, np.ndarray] | None 
     wide = beyond_float32(case)
     if wide:
         return {}, f"{wide} holds finite values beyond the float32 range: no backend below float64 can carry it"
-    from pldr_ref.harness.calibration import case_runs, robust_stats
+    from pldr_ref.fixtures.runners import RUNNERS
+    from pldr_ref.harness.calibration import case_runs, robust_stats, stored_stats
 
-    runs = [run for _, run in case_runs(case, dtype)]
-    if any(run is None for run in runs):
+    if case.kind not in RUNNERS or (case.kind not in SINGLE_STAGE_KINDS and case.params is None):
         return None, "none"
     source = ("calibration ensemble (one stage)" if case.kind in SINGLE_STAGE_KINDS
               else "calibration ensemble (whole case)")
     keep = keep or {}
     out = {}
     for name, g in case.outputs.items():
-        per = []
-        for run in runs:
-            if name not in run:
-                continue
+
+        def compute(name: str = name, g: np.ndarray = g) -> NaiveStats | str | None:
+            runs = [run for _, run in case_runs(case, dtype)]
+            if any(run is None or name not in run for run in runs):
+                return ABSENT
             sel = keep.get(name)
-            if sel is not None and np.shape(run[name]) == np.shape(g):
-                per.append(naive_stats(np.asarray(g)[sel], np.asarray(run[name])[sel]))
-            else:
-                per.append(naive_stats(g, run[name]))
-        if len(per) == len(runs):
-            out[name] = robust_stats(per)
+            per = [naive_stats(np.asarray(g)[sel], np.asarray(run[name])[sel])
+                   if sel is not None and np.shape(run[name]) == np.shape(g) else naive_stats(g, run[name])
+                   for run in runs]
+            return robust_stats(per)
+
+        st = stored_stats(case, dtype, name, compute)
+        if st != ABSENT:
+            out[name] = st
     return out, source
