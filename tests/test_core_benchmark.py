@@ -48,3 +48,16 @@ def test_softmax_benchmark_runs_and_checks_bits(capsys) -> None:
     assert _bench("bench_softmax").main(["--heads", "2", "--seq", "40", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "bit-identical: True" in out and "bit-identical: False" not in out
+
+
+def test_time_limits_benchmark_reports_and_flags(capsys, monkeypatch) -> None:
+    """bench_time_limits prints each item against its target and exits 1 when one is over it or fails
+    (stand-in items: the real ones are the timed runs moved out of the default tests)."""
+    bench = _bench("bench_time_limits")
+    assert set(bench.ITEMS) == {"golden_verify", "diagnose_model_tiny", "exact_forward_tiny", "diagnose_model_v510"}
+    monkeypatch.setattr(bench, "ITEMS", {"quick": (lambda: True, 60.0, True), "slow": (lambda: True, -1.0, False),
+                                         "broken": (lambda: False, 60.0, False)})
+    assert bench.main([]) == 0
+    assert "quick" in capsys.readouterr().out
+    assert bench.main(["--only", "slow"]) == 1 and "OVER" in capsys.readouterr().out
+    assert bench.main(["--only", "broken"]) == 1 and "FAILED" in capsys.readouterr().out

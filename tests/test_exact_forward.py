@@ -1,4 +1,4 @@
-"""Exact-tier full forward: timing, agreement with the float64 tier within the bound of docs/accuracy.md,
+"""Exact-tier full forward: agreement with the float64 tier within the bound of docs/accuracy.md,
 trace contract, the dps / 2*dps guard, and bit-identical results across runs and BLAS thread counts."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -36,12 +35,10 @@ def digest(trace: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def test_tiny_forward_guarded_under_60s_and_within_documented_bound() -> None:
+def test_tiny_forward_guarded_within_documented_bound() -> None:
+    """Correctness only; the run's time (target 60 s) is reported by ``benchmarks/bench_time_limits.py``."""
     params, ids = tiny_case()
-    t0 = time.perf_counter()
     exact = forward(params, ids)  # guard on: dps 50 and 100
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 60.0, f"exact tiny forward took {elapsed:.1f} s"
     f64 = pldr_ref.forward(params, ids).flat()
     err = np.max(np.abs(f64["logits"] - exact["logits"])) / np.max(np.abs(exact["logits"]))
     assert err <= TINY_LOGITS_NORMWISE_BOUND

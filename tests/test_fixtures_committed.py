@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -22,11 +21,10 @@ def test_default_golden_dir_is_the_repository_folder():
 
 
 def test_committed_suite_verifies():
-    t0 = time.perf_counter()
+    """Correctness only; its time (target 60 s) is reported by ``benchmarks/bench_time_limits.py``."""
     problems = verify(GOLDEN, progress=None)
     assert problems == [], ("golden/ does not verify; if the reference changed on purpose, rebuild it with "
                             "`pldr-ref golden build --overwrite` and commit the result:\n" + "\n".join(problems[:20]))
-    assert time.perf_counter() - t0 < 60
 
 
 def test_committed_suite_is_small_enough():

@@ -24,6 +24,8 @@ import math
 import ml_dtypes
 import numpy as np
 
+from pldr_ref.format_rounding import round_to_format
+
 #: Supported backend dtypes by name -> (numpy dtype, unsigned integer view of the same width).
 FLOAT_DTYPES: dict[str, tuple[np.dtype, np.dtype]] = {
     "float64": (np.dtype(np.float64), np.dtype(np.uint64)),
@@ -65,8 +67,11 @@ def ulp_distance(expected: np.ndarray, actual: np.ndarray, dtype: str) -> np.nda
     correctly ordered above), which is all a report needs.
     """
     np_dtype = numpy_dtype(dtype)
-    with np.errstate(over="ignore", invalid="ignore"):  # golden values beyond the dtype's range become inf
-        e = ordered_int(np.asarray(expected).astype(np_dtype), dtype)
+    # the float64 golden values are rounded by pldr_ref's own rounding (one rounding, not ml_dtypes-version
+    # dependent); the cast to the dtype is then exact.  Values beyond the dtype's range become inf.
+    expected = np.asarray(expected, dtype=np.float64) if dtype == "float64" else round_to_format(expected, dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = ordered_int(expected.astype(np_dtype), dtype)
         a = ordered_int(np.asarray(actual).astype(np_dtype), dtype)
     hi = np.maximum(e, a)
     lo = np.minimum(e, a)
