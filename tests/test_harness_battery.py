@@ -29,7 +29,7 @@ def _failures(results):
 
 
 def test_battery_is_large_and_outside_the_ensemble():
-    calib = {tuple(v for k, v in vars(m).items() if k != "name") for m in ENSEMBLE + (TF32_MEMBER,)}
+    calib = {tuple(v for k, v in vars(m).items() if k != "name") for m in (*ENSEMBLE, TF32_MEMBER)}
     for a in BATTERY_ARITHMETIC:
         assert tuple(v for k, v in vars(a).items() if k != "name") not in calib, a.name
     assert len(battery(include_torch=True)) >= 12

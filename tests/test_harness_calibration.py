@@ -128,3 +128,19 @@ def test_calibration_is_bit_identical_across_thread_counts_and_runs():
     assert json.dumps(first) == json.dumps(second)
     digest = hashlib.sha256(json.dumps(first, sort_keys=True).encode()).hexdigest()
     assert digest == TINY_LAYER_BF16_SHA256, digest
+
+
+def test_float32_register_cast_is_pldr_refs_own_rounding():
+    """The accumulation loops round to float32 with NumPy's IEEE cast; it is bit-identical to
+    pldr_ref.format_rounding (normals, subnormals, midpoints, overflow, signed zeros)."""
+    from pldr_ref.format_rounding import FLOAT32, round_to_format
+
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(20000) * 10.0 ** rng.integers(-45, 39, 20000),
+                        np.ldexp(1.0 + np.arange(1, 64) * 2.0**-24, -130), [0.0, -0.0, 3.5e38, -3.5e38, 1e-46]])
+    mid = np.ldexp(1.0 + (2 * rng.integers(0, 2**23, 2000) + 1) * 2.0**-24, rng.integers(-140, 120, 2000))
+    x = np.concatenate([x, mid, -mid])
+    with ar.emulating(ENSEMBLE[1], "bfloat16"):
+        got = ar._f32(x)
+    np.testing.assert_array_equal(got, round_to_format(x, FLOAT32))
+    assert np.array_equal(np.signbit(got), np.signbit(round_to_format(x, FLOAT32)))
