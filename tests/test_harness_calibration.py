@@ -144,3 +144,24 @@ def test_float32_register_cast_is_pldr_refs_own_rounding():
         got = ar._f32(x)
     np.testing.assert_array_equal(got, round_to_format(x, FLOAT32))
     assert np.array_equal(np.signbit(got), np.signbit(round_to_format(x, FLOAT32)))
+
+
+def test_committed_store_covers_the_suite_and_matches_a_fresh_calibration():
+    """Every committed case below float64 has its statistics in pldr_ref/harness/calibration.json (of this
+    ensemble's fingerprint), and a fresh calibration of one case reproduces them exactly."""
+    import json as _json
+
+    from pldr_ref.fixtures.case import iter_cases
+    from pldr_ref.fixtures.runners import RUNNERS
+    from pldr_ref.harness.tolerance import beyond_float32
+
+    doc = _json.loads(calibration.CACHE_FILE.read_text(encoding="utf-8"))
+    assert doc["fingerprint"] == calibration.fingerprint(), "stale: python -m pldr_ref.harness.calibration --write"
+    missing = [c.name for c in iter_cases(DEFAULT_GOLDEN_DIR)
+               if c.kind in RUNNERS and not beyond_float32(c)
+               and set(doc["cases"].get(calibration.case_digest(c), {})) != {"float32", "bfloat16", "float16"}]
+    assert not missing, f"not in the store: {missing[:5]} (python -m pldr_ref.harness.calibration --write)"
+    case = load_case(DEFAULT_GOLDEN_DIR / "model/tiny_identity_g_short")
+    fresh = _allowance_numbers(case, "float16")
+    stored = doc["cases"][calibration.case_digest(case)]["float16"]
+    assert {k: v[:4] for k, v in stored.items() if isinstance(v, list) and ":" not in k} == fresh

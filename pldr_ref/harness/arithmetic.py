@@ -181,7 +181,14 @@ def matmul(x: np.ndarray, y: np.ndarray, *, round_operands: bool = True) -> np.n
     if nt == 0:
         return np.zeros((*batch, m, n))
     _, dt = _current()
-    if arith.accumulate == "float32" or dt == "float32":  # a float32 register: NumPy's IEEE cast rounds
+    f32_acc = arith.accumulate == "float32" or dt == "float32"
+    short = (dt in ("bfloat16", "float16") or (arith.tf32 and dt == "float32")) if round_operands else \
+        bool(np.all(b == 1.0))  # operands of <= 12 significand bits (or a sum): products exact in float32
+    if f32_acc and short:
+        fast = _float32_running_sums(a, b, tile, nt, batch)
+        if fast is not None:
+            return fast
+    if f32_acc:  # a float32 register: NumPy's IEEE cast rounds
         def acc_round(v: np.ndarray) -> np.ndarray:
             return v.astype(np.float32)
     else:
@@ -202,6 +209,32 @@ def matmul(x: np.ndarray, y: np.ndarray, *, round_operands: bool = True) -> np.n
                 part = acc[..., :, t, :]
                 total = np.broadcast_to(part, (*batch, m, n)) if total is None else acc_round(total + part)
     return np.array(total, dtype=np.float64)
+
+
+def _float32_running_sums(a: np.ndarray, b: np.ndarray, tile: int, nt: int, batch: tuple[int, ...]
+                          ) -> np.ndarray | None:
+    """The float32-accumulator path of :func:`matmul` when every product is exact in float32: products formed in
+    float32 and summed by ``np.cumsum`` in float32 -- a running sum, each addition rounded once (an FMA-exact
+    accumulation), first within each tile, then over the tiles, in order.  None when an operand is not a float32
+    value or a nonzero product falls below float32's normal range (then the loop path runs)."""
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    if not (np.array_equal(a32, a) and np.array_equal(b32, b)):
+        return None
+    m, n = a.shape[-2], b.shape[-1]
+    a32 = np.broadcast_to(a32, (*batch, m, nt * tile))
+    b32 = np.broadcast_to(b32, (*batch, nt * tile, n))
+    out = np.empty((*batch, m, n), dtype=np.float32)
+    per_row = max(1, int(np.prod(batch, dtype=np.int64)) * nt * tile * n)
+    rows = max(1, STEP_ELEMENTS // per_row)
+    tiny = np.float32(np.finfo(np.float32).smallest_normal)
+    for r0 in range(0, m, rows):
+        p = a32[..., r0:r0 + rows, :, None] * b32[..., None, :, :]  # [..., rows, K, N]
+        if np.any((p != 0) & (np.abs(p) < tiny)):
+            return None
+        p = p.reshape(*p.shape[:-2], nt, tile, n)
+        part = np.cumsum(p, axis=-2, dtype=np.float32)[..., -1, :]
+        out[..., r0:r0 + rows, :] = np.cumsum(part, axis=-2, dtype=np.float32)[..., -1, :]
+    return out.astype(np.float64)
 
 
 def row_sum(x: np.ndarray) -> np.ndarray:

@@ -283,16 +283,26 @@ def ensemble_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str
     member's arithmetic; memoized per case, dtype and stage)."""
     from pldr_ref.harness.calibration import stage_runs
 
-    runs = stage_runs(case, stage, layer, dtype, lambda: naive_stage(case, stage, layer, inputs, dtype, params_cache))
+    memo: dict[str, Any] = {}
+
+    def run() -> dict[str, np.ndarray] | None:
+        if "inputs" not in memo:  # the members share the rounded inputs
+            memo["inputs"] = {k: round_to(dtype, v) for k, v in inputs.items()
+                              if k in STAGE_INPUTS.get(stage, ()) or k not in LAYER_STAGES}
+        return naive_stage(case, stage, layer, memo["inputs"], dtype, params_cache, rounded=True)
+
+    runs = stage_runs(case, stage, layer, dtype, run)
     return [r for _, r in runs]
 
 
 def naive_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str, np.ndarray], dtype: str,
-                params_cache: dict) -> dict[str, np.ndarray] | None:
-    """The float64 reference stage on dtype-rounded inputs and parameters (None if it cannot run)."""
-    rounded = {k: round_to(dtype, v) for k, v in inputs.items()}
+                params_cache: dict, *, rounded: bool = False) -> dict[str, np.ndarray] | None:
+    """The float64 reference stage on dtype-rounded inputs (``rounded``: already rounded) and parameters (None if
+    it cannot run)."""
+    if not rounded:
+        inputs = {k: round_to(dtype, v) for k, v in inputs.items()}
     try:
-        return reference_stage(stage, layer, case.config, _rounded_params(case.params, dtype, params_cache), rounded,
+        return reference_stage(stage, layer, case.config, _rounded_params(case.params, dtype, params_cache), inputs,
                                round_to=lambda a: round_to(dtype, a))
     except (ValueError, FloatingPointError, OverflowError):
         return None
