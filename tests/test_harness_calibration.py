@@ -119,14 +119,36 @@ def _allowance_numbers(case, dtype):
 TINY_LAYER_BF16_SHA256 = "da7fc919dd1040566516613ec2d9ffe56670880df7bb0166b9639993d931aab1"
 
 
+_PRINT_NUMBERS = """
+import json, sys
+from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
+from pldr_ref.harness import calibration
+from pldr_ref.harness.tolerance import case_baselines
+calibration._STORE = {}
+stats, _ = case_baselines(load_case(DEFAULT_GOLDEN_DIR / "layer/tiny_l1_mask_ideal"), "bfloat16")
+print(json.dumps({k: [v.max_abs, v.rms_rel, v.offset, v.gain] for k, v in sorted(stats.items()) if v is not None},
+                 sort_keys=True))
+"""
+
+
 def test_calibration_is_bit_identical_across_thread_counts_and_runs():
-    threadpoolctl = pytest.importorskip("threadpoolctl")
+    """The same statistics in this process, in fresh processes with one BLAS / OpenMP thread and with four, and
+    the stored hash of them."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
     case = load_case(DEFAULT_GOLDEN_DIR / "layer/tiny_l1_mask_ideal")
-    first = _allowance_numbers(case, "bfloat16")
-    with threadpoolctl.threadpool_limits(1):
-        second = _allowance_numbers(case, "bfloat16")
-    assert json.dumps(first) == json.dumps(second)
-    digest = hashlib.sha256(json.dumps(first, sort_keys=True).encode()).hexdigest()
+    here = json.dumps(_allowance_numbers(case, "bfloat16"), sort_keys=True)
+    root = str(Path(__file__).resolve().parents[1])
+    for threads in ("1", "4"):
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+               "PLDR_REF_THREADS": threads, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+        out = subprocess.run([sys.executable, "-c", _PRINT_NUMBERS], env=env, capture_output=True, text=True,
+                             timeout=600, check=True).stdout.strip()
+        assert out == here, threads
+    digest = hashlib.sha256(here.encode()).hexdigest()
     assert digest == TINY_LAYER_BF16_SHA256, digest
 
 
