@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,9 @@ def write_store(cases: list[Any], path: Path = CACHE_FILE) -> int:
     case in float32, bfloat16 and float16) to ``path``; returns the number of entries."""
     from pldr_ref.harness.validate import validate
 
-    validate(_GoldenBackend(), cases, ("float32", "bfloat16", "float16"))
+    for case in cases:  # one case at a time: progress on stderr, the member runs freed as it goes
+        validate(_GoldenBackend(), [case], ("float32", "bfloat16", "float16"))
+        print(f"calibrated {case.name}", file=sys.stderr, flush=True)
     store = _store()
     keep = {_digest(c): store[_digest(c)] for c in cases if _digest(c) in store}
     doc = {"fingerprint": fingerprint(), "cases": keep}
@@ -224,12 +227,16 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.calibration", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--write", action="store_true", help=f"write {CACHE_FILE.name} for the suite")
+    p.add_argument("--write", action="store_true",
+                   help=f"write {CACHE_FILE.name} for the suite (statistics of cases already stored are kept; "
+                        "cases no longer in the suite dropped)")
+    p.add_argument("--fresh", action="store_true", help="recompute every statistic")
     p.add_argument("--suite-dir", "--suite", dest="suite", default="default")
     args = p.parse_args(argv)
     if args.write:
         global _STORE
-        _STORE = {}  # recompute everything
+        if args.fresh:
+            _STORE = {}
         n = write_store(load_suite(suite_root(args.suite), None, None))
         print(f"wrote {n} statistics to {CACHE_FILE}")
     return 0
@@ -256,6 +263,4 @@ def robust_stats(per_member: list[Any]) -> Any:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())
