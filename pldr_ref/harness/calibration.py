@@ -181,18 +181,31 @@ def stored_stats(case: Any, dtype: str, key: str, compute: Callable[[], Any]) ->
     return _decode(entry[key])
 
 
-def write_store(cases: list[Any], path: Path = CACHE_FILE) -> int:
-    """Write the statistics of ``cases`` (computed where missing by validating a golden-output backend on every
-    case in float32, bfloat16 and float16) to ``path``; returns the number of entries."""
+def write_store(cases: list[Any], path: Path = CACHE_FILE, dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16"),
+                merge: tuple[Path, ...] = ()) -> int:
+    """Write the statistics of ``cases`` in ``dtypes`` (computed where missing by validating a golden-output backend
+    on every case), plus those of the ``merge`` files (same fingerprint), to ``path``; returns the number of
+    entries."""
     from pldr_ref.harness.validate import validate
 
-    for case in cases:  # one case at a time: progress on stderr, the member runs freed as it goes
-        validate(_GoldenBackend(), [case], ("float32", "bfloat16", "float16"))
-        print(f"calibrated {case.name}", file=sys.stderr, flush=True)
     store = _store()
-    keep = {_digest(c): store[_digest(c)] for c in cases if _digest(c) in store}
+    for other in merge:
+        doc = json.loads(Path(other).read_text(encoding="utf-8"))
+        if doc.get("fingerprint") != fingerprint():
+            raise ValueError(f"{other}: statistics of another ensemble (fingerprint {doc.get('fingerprint')})")
+        for digest, by_dtype in doc["cases"].items():
+            for dt, entries in by_dtype.items():
+                store.setdefault(digest, {}).setdefault(dt, {}).update(entries)
+    for case in cases:  # one case at a time: progress on stderr, the member runs freed as it goes
+        validate(_GoldenBackend(), [case], dtypes)
+        print(f"calibrated {case.name}", file=sys.stderr, flush=True)
+    keep = {}
+    for c in cases:
+        d = _digest(c)
+        if d in store:
+            keep[d] = {dt: v for dt, v in store[d].items() if dt in dtypes or merge}
     doc = {"fingerprint": fingerprint(), "cases": keep}
-    path.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n", encoding="utf-8")
+    Path(path).write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n", encoding="utf-8")
     return sum(len(v) for d in keep.values() for v in d.values())
 
 
@@ -231,14 +244,19 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"write {CACHE_FILE.name} for the suite (statistics of cases already stored are kept; "
                         "cases no longer in the suite dropped)")
     p.add_argument("--fresh", action="store_true", help="recompute every statistic")
+    p.add_argument("--dtype", action="append", default=None, choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--out", default=str(CACHE_FILE), help="where to write (default: the committed store)")
+    p.add_argument("--merge", nargs="*", default=[], help="statistics files (e.g. per-dtype --out files) to merge in")
     p.add_argument("--suite-dir", "--suite", dest="suite", default="default")
     args = p.parse_args(argv)
     if args.write:
         global _STORE
         if args.fresh:
             _STORE = {}
-        n = write_store(load_suite(suite_root(args.suite), None, None))
-        print(f"wrote {n} statistics to {CACHE_FILE}")
+        dtypes = tuple(args.dtype or ("float32", "bfloat16", "float16"))
+        n = write_store(load_suite(suite_root(args.suite), None, None), Path(args.out), dtypes,
+                        tuple(Path(m) for m in args.merge))
+        print(f"wrote {n} statistics to {args.out}")
     return 0
 
 
@@ -262,5 +280,7 @@ def robust_stats(per_member: list[Any]) -> Any:
                                     and s.max_abs is not None))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # run main() of the imported module, whose store the harness fills
+    from pldr_ref.harness.calibration import main as _main
+
+    sys.exit(_main())

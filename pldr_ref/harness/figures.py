@@ -48,7 +48,7 @@ def collect(cases: list[Any], dtype: str, *, with_torch: bool = True) -> list[di
     from pldr_ref.harness.validate import validate_case
     from pldr_ref.harness.verdict_power import NoisyLogits, ZeroLogits
 
-    correct: list[Any] = [EmulatedBackend(a) for a in BATTERY_ARITHMETIC[:4]]
+    correct: list[Any] = [EmulatedBackend(a) for a in BATTERY_ARITHMETIC[:2]]
     wrong: list[Any] = [ZeroLogits(), NoisyLogits()]
     if with_torch:
         from pldr_ref.backends.torch_backend import TorchBackend
