@@ -86,3 +86,27 @@ def test_mutation_report_is_up_to_date(outcomes):
     text = markdown([outcomes[m.backend.__name__] for m in MUTATIONS])
     assert DOC.is_file(), f"{DOC} is missing: run python -m pldr_ref.harness.mutants --markdown docs/mutations.md"
     assert DOC.read_text(encoding="utf-8") == text
+
+
+#: Mutants whose bug shows in a 16-bit cached run of cache/tiny_kv_g, with the stage that must be named there.
+CACHE_16BIT_STAGES = {"NoScaleMutant": "attention_scores", "TransposedGMutant": "attention_scores",
+                      "SoftmaxAxisMutant": "masked_softmax", "RopeLayoutMutant": "rope",
+                      "CachedRopeOffsetMutant": "rope", "UnbiasedVarianceLayerNormMutant": "input_norm",
+                      "HeadMergeOrderMutant": "value_mix", "RopeDirectionMutant": "rope"}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_sixteen_bit_cache_runs_name_the_first_wrong_stage(dtype):
+    """Cache cases have no isolated stages: the first failing output in forward order names the stage.  An
+    intermediate that the dtype cannot judge is still held to its own (wide) allowance, so a wrong score is named
+    at attention_scores, not at the first judgeable stage after it (issue 19: post_attention_norm was named)."""
+    from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
+    from pldr_ref.harness import mutants
+    from pldr_ref.harness.validate import validate_case
+
+    case = load_case(DEFAULT_GOLDEN_DIR / "cache/tiny_kv_g")
+    named = {}
+    for name in CACHE_16BIT_STAGES:
+        r = validate_case(getattr(mutants, name)(device="cpu"), case, dtype)
+        named[name] = (r.status, (r.first_failure or {}).get("stage"))
+    assert named == {n: ("fail", s) for n, s in CACHE_16BIT_STAGES.items()}, named

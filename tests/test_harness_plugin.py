@@ -58,17 +58,26 @@ def test_failing_backend_fails_with_the_diagnosis(tmp_path):
     assert "1 failed" in r.stdout and "attention_scores" in r.stdout
 
 
-def test_not_judgeable_is_a_failure_never_a_pass(tmp_path):
-    """A logits-only backend on a case whose bfloat16 logits cannot be judged end to end: a failing test."""
-    (tmp_path / "zero_backend.py").write_text(
+def test_not_judgeable_is_a_visible_skip_never_a_pass(tmp_path):
+    """A logits-only backend on a case whose bfloat16 logits cannot be judged end to end: the correctly rounded
+    golden logits are a skip saying "not_judgeable" (not covered, never a pass); all-zero logits, outside even that
+    wide allowance, fail."""
+    (tmp_path / "logits_backends.py").write_text(
         "import numpy as np\n"
-        "from pldr_ref.harness.protocol import Capabilities\n\n\n"
+        "from pldr_ref.harness.protocol import Capabilities\n"
+        "from pldr_ref.harness.tolerance import round_to\n\n\n"
         "class Zero:\n"
         "    name = 'zero'\n\n"
         "    def capabilities(self):\n"
         "        return Capabilities(dtypes=('bfloat16',), kinds=('forward',), full_trace=False)\n\n"
         "    def run_case(self, case, dtype):\n"
-        "        return {'logits': np.zeros(case.outputs['logits'].shape)}\n")
-    r = run_pytest(tmp_path, "--pldr-backend", "zero_backend:Zero", "--pldr-select", "model/tiny_exact$")
+        "        return {'logits': np.zeros(case.outputs['logits'].shape)}\n\n\n"
+        "class Golden(Zero):\n"
+        "    def run_case(self, case, dtype):\n"
+        "        return {'logits': round_to(dtype, case.outputs['logits'])}\n")
+    r = run_pytest(tmp_path, "--pldr-backend", "logits_backends:Golden", "--pldr-select", "model/tiny_exact$", "-rs")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 skipped" in r.stdout and "not_judgeable" in r.stdout and "passed" not in r.stdout
+    r = run_pytest(tmp_path, "--pldr-backend", "logits_backends:Zero", "--pldr-select", "model/tiny_exact$")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "1 failed" in r.stdout and "not_judgeable" in r.stdout
+    assert "1 failed" in r.stdout

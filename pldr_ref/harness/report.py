@@ -14,7 +14,7 @@ JSON schema (``schema_version`` = :data:`SCHEMA_VERSION`; documented in ``docs/b
                  "float64": "case tolerance (case.json)"},
       "summary": {"total": int, "pass": int, "fail": int, "error": int, "not_judgeable": int, "unsupported": int,
                   "not_applicable": int},
-      "passed": bool,                       # no fail, error or not_judgeable, and no problems
+      "passed": bool,                       # no fail or error, something judged, and no problems
       "problems": [str],                    # suite / backend problems, "no case was judged"
       "results": [CaseResult]               # dtype-major, then case name
     }
@@ -149,18 +149,20 @@ def summarize(results: Iterable[CaseResult]) -> dict[str, int]:
 
 def run_problems(results: Iterable[CaseResult], problems: Iterable[str] = ()) -> list[str]:
     """Why a run cannot pass beyond its failing cases: the given suite / backend problems, plus "no case was
-    judged" when no case passed or failed (everything unsupported or not applicable)."""
+    judged" when no case passed or failed (everything unsupported, not applicable or not judgeable)."""
     results = list(results)
     out = list(problems)
-    if not any(r.status in ("pass", "fail", "not_judgeable") for r in results):
+    if not any(r.status in ("pass", "fail") for r in results):
         s = summarize(results)
         out.append(f"no case was judged ({s['total']} checks: {s['unsupported']} unsupported, "
-                   f"{s['not_applicable']} not applicable, {s['error']} error): nothing was validated")
+                   f"{s['not_applicable']} not applicable, {s['not_judgeable']} not judgeable, {s['error']} error): "
+                   "nothing was validated")
     return out
 
 
 def passed(results: Iterable[CaseResult], problems: Iterable[str] = ()) -> bool:
-    """True when no case failed, errored or was left not judgeable, and :func:`run_problems` is empty."""
+    """True when no case failed or errored and :func:`run_problems` is empty (a ``not_judgeable`` case is not
+    covered: never a pass, not a failure)."""
     results = list(results)
     return all(r.status not in FAILING_STATUSES for r in results) and not run_problems(results, problems)
 
@@ -254,7 +256,7 @@ def table(results: list[CaseResult], problems: Iterable[str] = ()) -> str:
     for msg in run_problems(results, problems):
         lines.append(f"PROBLEM: {msg}")
     lines.append(f"{s['total']} checks: {s['pass']} pass, {s['fail']} fail, {s['error']} error, "
-                 f"{s['not_judgeable']} not judgeable, {s['unsupported']} unsupported, "
+                 f"{s['not_judgeable']} not judgeable (not covered), {s['unsupported']} unsupported, "
                  f"{s['not_applicable']} not applicable -> " + ("PASSED" if passed(results, problems) else "FAILED"))
     return "\n".join(lines)
 
@@ -285,17 +287,17 @@ def _failure_text(r: CaseResult) -> str:
 def junit_xml(results: list[CaseResult], *, backend_name: str, problems: Iterable[str] = ()) -> str:
     """JUnit XML: one ``testsuite`` per dtype, one ``testcase`` per case.
 
-    fail -> ``<failure>``, error -> ``<error>``, unsupported / not_applicable -> ``<skipped>``
-    (with the reason).  Attributes ``tests``, ``failures``, ``errors``, ``skipped`` are the counts.
+    fail -> ``<failure>``, error -> ``<error>``, unsupported / not_applicable / not_judgeable (not covered) ->
+    ``<skipped>`` (with the reason).  Attributes ``tests``, ``failures``, ``errors``, ``skipped`` are the counts.
     """
     root = ET.Element("testsuites", name=f"pldr-ref validate {backend_name}")
     dtypes = list(dict.fromkeys(r.dtype for r in results))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for dtype in dtypes:
         rs = [r for r in results if r.dtype == dtype]
-        counts = {"tests": len(rs), "failures": sum(r.status in ("fail", "not_judgeable") for r in rs),
+        counts = {"tests": len(rs), "failures": sum(r.status == "fail" for r in rs),
                   "errors": sum(r.status == "error" for r in rs),
-                  "skipped": sum(r.status in ("unsupported", "not_applicable") for r in rs)}
+                  "skipped": sum(r.status in ("unsupported", "not_applicable", "not_judgeable") for r in rs)}
         suite = ET.SubElement(root, "testsuite", name=f"pldr_ref.{backend_name}.{dtype}",
                               **{k: str(v) for k, v in counts.items()})
         for r in rs:
@@ -305,11 +307,9 @@ def junit_xml(results: list[CaseResult], *, backend_name: str, problems: Iterabl
             tc = ET.SubElement(suite, "testcase", **attrs)
             if r.status == "fail":
                 ET.SubElement(tc, "failure", message=r.reason, type="ToleranceExceeded").text = _failure_text(r)
-            elif r.status == "not_judgeable":
-                ET.SubElement(tc, "failure", message=r.reason, type="NotJudgeable")
             elif r.status == "error":
                 ET.SubElement(tc, "error", message=r.reason, type="BackendError")
-            elif r.status in ("unsupported", "not_applicable"):
+            elif r.status in ("unsupported", "not_applicable", "not_judgeable"):
                 ET.SubElement(tc, "skipped", message=f"{r.status}: {r.reason}")
         for k in totals:
             totals[k] += counts[k]

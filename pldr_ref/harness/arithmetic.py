@@ -1,0 +1,472 @@
+"""Emulated low-precision arithmetic: the reference's primitives evaluated the way a real kernel evaluates them.
+
+An :class:`Arithmetic` describes one legitimate way of computing PLDR-LLM in a storage dtype (bfloat16, float16,
+float32): operands of every product rounded to the storage dtype (or to TF32), products exact in float64, sums
+accumulated in float32 or in the storage dtype in an explicit order (one sequential pass, forward or reverse, or
+blocks of ``tile`` terms whose partial sums are then added), elementwise work in float32 (or the storage dtype),
+softmax in two passes or online (FlashAttention's running maximum, rescaled tile by tile), exp directly or as
+exp2 of a float32-rounded argument, division or multiplication by a rounded reciprocal, bias and activation fused
+into the float32 accumulator or applied to the stored result.
+
+:func:`emulating` swaps the reference's primitive functions (every module of ``pldr_ref`` that bound them) for
+emulated ones for the duration of a ``with`` block, so every case kind -- model, layer, cache, scoring, op -- and
+every isolated stage runs through the same code with that arithmetic.  Every rounding goes through
+:func:`round_to_dtype` (pldr_ref's own round-to-nearest-even); every sum is an explicit loop of elementwise float64
+additions followed by a rounding, so the result does not depend on the BLAS, the thread count or the machine.
+The only library calls whose last float64 bit may differ between machines are exp, log and power (rounded to
+float32 or below right after, so a difference survives only on an exact rounding tie); the allowances built from
+these runs are published with two significant digits (:mod:`pldr_ref.harness.calibration`).
+
+Not thread-safe: the swap is process-global (validation runs cases one at a time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from pldr_ref.format_rounding import FloatFormat, round_to_format
+
+#: Largest number of float64 elements one step of a blocked reduction materialises (bounds the memory of
+#: products taken for several tiles at once).
+STEP_ELEMENTS = 1 << 22
+#: log2(e) (for exp via exp2).
+LOG2E = 1.0 / math.log(2.0)
+#: Significand bits of TF32 (float32's exponent, 10 stored fraction bits + the implicit one).
+TF32_BITS = 11
+
+
+@dataclasses.dataclass(frozen=True)
+class Arithmetic:
+    """One legitimate low-precision evaluation (see module docstring).
+
+    accumulate: ``float32`` or ``storage`` (sums rounded to the storage dtype after every addition);
+    compute: ``float32`` or ``storage`` (elementwise results rounded to that format);
+    tile: length of a reduction block (None: one sequential pass); order: ``forward`` or ``reverse``;
+    softmax: ``two_pass`` or ``online`` with ``softmax_tile`` keys per block; exp2: exp(x) = exp2(RN(x log2 e));
+    reciprocal: x / y evaluated as x * RN(1 / y); fused: bias and activation applied to the float32 accumulator
+    (else to the result rounded to the storage dtype); tf32: product operands rounded to TF32 (float32 runs only);
+    internal: False evaluates each stage in float64 and rounds only its output (the naive run).
+    """
+
+    name: str
+    accumulate: str = "float32"
+    compute: str = "float32"
+    tile: int | None = None
+    order: str = "forward"
+    softmax: str = "two_pass"
+    softmax_tile: int = 64
+    exp2: bool = False
+    reciprocal: bool = False
+    fused: bool = True
+    tf32: bool = False
+    internal: bool = True
+
+    def describe(self) -> str:
+        """One line for reports."""
+        if not self.internal:
+            return "naive: float64 inside each stage, stage outputs rounded"
+        red = f"tiles of {self.tile}" if self.tile else "one pass"
+        return (f"products of {'TF32' if self.tf32 else 'storage'} operands, {self.accumulate} accumulation "
+                f"({red}, {self.order}), {self.compute} elementwise, {self.softmax.replace('_', '-')} softmax"
+                + (f" (tiles of {self.softmax_tile})" if self.softmax == "online" else "")
+                + (", exp2" if self.exp2 else "") + (", reciprocals" if self.reciprocal else "")
+                + (", fused bias/activation" if self.fused else ", unfused bias/activation"))
+
+
+#: TF32: float32's exponent range, 11 significand bits.
+TF32 = FloatFormat("tf32", precision=TF32_BITS, emin=-126, emax=127)
+
+
+def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
+    """``x`` rounded to nearest even in ``dtype`` (float64 values back) by pldr_ref's own rounding
+    (:mod:`pldr_ref.format_rounding`): storage dtypes range-aware as
+    :func:`pldr_ref.fixtures.baselines.storage_round`, ``tf32`` (product operands) plain."""
+    from pldr_ref.fixtures.baselines import PRECISIONS, storage_round
+
+    if dtype == "float64":
+        return np.asarray(x, dtype=np.float64)
+    if dtype == "tf32":
+        return round_to_format(x, TF32)
+    return storage_round(x, PRECISIONS[dtype])
+
+
+#: The arithmetic and storage dtype in force (process-wide: the worker threads of :mod:`pldr_ref.row_blocks`
+#: that run the softmax read it too); set only by :func:`emulating`, under :data:`_ACTIVE`.
+_PROCESS: list[Any] = [None, "float32"]
+_ACTIVE = threading.Lock()
+
+
+def _current() -> tuple[Arithmetic, str]:
+    if _PROCESS[0] is None:
+        raise RuntimeError("emulated arithmetic used outside pldr_ref.harness.arithmetic.emulating")
+    return _PROCESS[0], _PROCESS[1]
+
+
+def _rs(x: np.ndarray) -> np.ndarray:
+    """Round to the storage dtype."""
+    return round_to_dtype(x, _current()[1])
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    """A float32 register: NumPy's IEEE cast (round to nearest even, overflow to inf, gradual underflow), as the
+    float32 accumulator or ALU of a kernel behaves (no range-aware widening, unlike storage).  The cast is
+    bit-identical to :func:`pldr_ref.format_rounding.round_to_format` into float32 (tested) and six times faster
+    in the accumulation loops."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(x, dtype=np.float64).astype(np.float32).astype(np.float64)
+
+
+def _rc(x: np.ndarray) -> np.ndarray:
+    """Round to the elementwise compute format."""
+    a, dt = _current()
+    return _f32(x) if a.compute == "float32" or dt == "float32" else round_to_dtype(x, dt)
+
+
+def _racc(x: np.ndarray) -> np.ndarray:
+    """Round to the accumulator format."""
+    a, dt = _current()
+    return _f32(x) if a.accumulate == "float32" or dt == "float32" else round_to_dtype(x, dt)
+
+
+def _operand(x: np.ndarray) -> np.ndarray:
+    a, dt = _current()
+    return round_to_dtype(x, "tf32" if a.tf32 and dt == "float32" else dt)
+
+
+def _exp(x: np.ndarray) -> np.ndarray:
+    a, _ = _current()
+    with np.errstate(over="ignore", invalid="ignore"):
+        if a.exp2:
+            return _rc(np.exp2(_rc(np.asarray(x) * LOG2E)))
+        return _rc(np.exp(x))
+
+
+def _div(x: np.ndarray, y: np.ndarray | float) -> np.ndarray:
+    a, _ = _current()
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if a.reciprocal:
+            return _rc(x * _rc(1.0 / np.asarray(y, dtype=np.float64)))
+        return _rc(x / y)
+
+
+def matmul(x: np.ndarray, y: np.ndarray, *, round_operands: bool = True) -> np.ndarray:
+    """x @ y (broadcast batch axes) with the current arithmetic's operands (rounded unless ``round_operands`` is
+    False), order, tiles and accumulator."""
+    arith, _ = _current()
+    a = np.asarray(x, dtype=np.float64)
+    b = np.asarray(y, dtype=np.float64)
+    if round_operands:
+        a, b = _operand(a), _operand(b)
+    k = a.shape[-1]
+    if b.shape[-2] != k:
+        raise ValueError(f"matmul: inner dimensions {a.shape} x {b.shape}")
+    if arith.order == "reverse":
+        a, b = a[..., ::-1], b[..., ::-1, :]
+    tile = min(arith.tile or k, k) if k else 1
+    nt = -(-k // tile) if k else 0
+    pad = nt * tile - k
+    if pad:
+        a = np.concatenate([a, np.zeros((*a.shape[:-1], pad))], axis=-1)
+        b = np.concatenate([b, np.zeros((*b.shape[:-2], pad, b.shape[-1]))], axis=-2)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    m, n = a.shape[-2], b.shape[-1]
+    if nt == 0:
+        return np.zeros((*batch, m, n))
+    _, dt = _current()
+    f32_acc = arith.accumulate == "float32" or dt == "float32"
+    short = (dt in ("bfloat16", "float16") or (arith.tf32 and dt == "float32")) if round_operands else \
+        bool(np.all(b == 1.0))  # operands of <= 12 significand bits (or a sum): products exact in float32
+    if f32_acc and short:
+        fast = _float32_running_sums(a, b, tile, nt, batch)
+        if fast is not None:
+            return fast
+    if f32_acc:  # a float32 register: NumPy's IEEE cast rounds
+        def acc_round(v: np.ndarray) -> np.ndarray:
+            return v.astype(np.float32)
+    else:
+        def acc_round(v: np.ndarray) -> np.ndarray:
+            return round_to_dtype(v, dt)
+    out_size = max(1, int(np.prod(batch, dtype=np.int64)) * m * n)
+    group = max(1, min(nt, STEP_ELEMENTS // out_size))
+    total = None
+    with np.errstate(over="ignore", invalid="ignore"):
+        for g0 in range(0, nt, group):
+            g1 = min(nt, g0 + group)
+            acc = None
+            for j in range(tile):  # one term of every tile of the group per step (strided views, no copies)
+                cols = slice(g0 * tile + j, g1 * tile, tile)
+                p = a[..., :, cols, None] * b[..., cols, :][..., None, :, :]
+                acc = acc_round(p) if acc is None else acc_round(acc + p)  # products exact in float64
+            for t in range(acc.shape[-2]):  # partial sums of the tiles, added in order
+                part = acc[..., :, t, :]
+                total = np.broadcast_to(part, (*batch, m, n)) if total is None else acc_round(total + part)
+    return np.array(total, dtype=np.float64)
+
+
+def _float32_running_sums(a: np.ndarray, b: np.ndarray, tile: int, nt: int, batch: tuple[int, ...]
+                          ) -> np.ndarray | None:
+    """The float32-accumulator path of :func:`matmul` when every product is exact in float32: products formed in
+    float32 and summed by ``np.cumsum`` in float32 -- a running sum, each addition rounded once (an FMA-exact
+    accumulation), first within each tile, then over the tiles, in order.  None when an operand is not a float32
+    value or a nonzero product falls below float32's normal range (then the loop path runs)."""
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    if not (np.array_equal(a32, a) and np.array_equal(b32, b)):
+        return None
+    m, n = a.shape[-2], b.shape[-1]
+    a32 = np.broadcast_to(a32, (*batch, m, nt * tile))
+    b32 = np.broadcast_to(b32, (*batch, nt * tile, n))
+    out = np.empty((*batch, m, n), dtype=np.float32)
+    per_row = max(1, int(np.prod(batch, dtype=np.int64)) * nt * tile * n)
+    rows = max(1, STEP_ELEMENTS // per_row)
+    tiny = np.float32(np.finfo(np.float32).smallest_normal)
+    for r0 in range(0, m, rows):
+        p = a32[..., r0:r0 + rows, :, None] * b32[..., None, :, :]  # [..., rows, K, N]
+        if np.any((p != 0) & (np.abs(p) < tiny)):
+            return None
+        p = p.reshape(*p.shape[:-2], nt, tile, n)
+        part = np.cumsum(p, axis=-2, dtype=np.float32)[..., -1, :]
+        out[..., r0:r0 + rows, :] = np.cumsum(part, axis=-2, dtype=np.float32)[..., -1, :]
+    return out.astype(np.float64)
+
+
+def row_sum(x: np.ndarray) -> np.ndarray:
+    """Sum over the last axis (keepdims) in the current arithmetic (a product with ones is exact)."""
+    x = np.asarray(x, dtype=np.float64)
+    return matmul(x, np.ones((x.shape[-1], 1)), round_operands=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# emulated primitives (same signatures as the reference functions they replace)
+
+
+def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """y = x W^T + b: bias added to the float32 accumulator (fused) or to the stored product."""
+    arith, _ = _current()
+    acc = matmul(x, np.swapaxes(np.asarray(weight), -1, -2))
+    if bias is None:
+        return _rc(acc)
+    return _rc(acc + bias) if arith.fused else _rc(_rs(acc) + _rs(bias))
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-z)) in the compute format."""
+    z = np.asarray(z, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        return _div(1.0, _rc(1.0 + _exp(-z)))
+
+
+def silu(z: np.ndarray) -> np.ndarray:
+    """z sigma(z) in the compute format."""
+    z = np.asarray(z, dtype=np.float64)
+    return _rc(z * sigmoid(z))
+
+
+def iswiglu(z: np.ndarray) -> np.ndarray:
+    """z (z sigma(z)) in the compute format."""
+    z = np.asarray(z, dtype=np.float64)
+    return _rc(z * silu(z))
+
+
+def glu(x: np.ndarray, p: Any) -> np.ndarray:
+    """W3 (silu(W1 x + b1) * (W2 x + b2)) + b3; unfused: each linear's output stored before the activation."""
+    arith, _ = _current()
+    h1, h2 = linear(x, p.w1, p.b1), linear(x, p.w2, p.b2)
+    if not arith.fused:
+        h1, h2 = _rs(h1), _rs(h2)
+    gate = _rc(silu(h1) * h2)
+    return linear(gate, p.w3, p.b3)
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """(x - mu) / sqrt(var + eps) * gamma + beta with the sums of the current arithmetic."""
+    x = _rc(np.asarray(x, dtype=np.float64))
+    n = x.shape[-1]
+    mu = _div(row_sum(x), float(n))
+    xc = _rc(x - mu)
+    var = _div(row_sum(_rc(xc * xc)), float(n))
+    with np.errstate(invalid="ignore"):
+        std = _rc(np.sqrt(_rc(var + eps)))
+    y = _div(xc, std)
+    return _rc(_rc(y * gamma) + beta)
+
+
+def _per_head(t: np.ndarray, like: np.ndarray) -> np.ndarray:
+    return t.reshape(t.shape[0], *([1] * (like.ndim - 4)), *t.shape[-2:])
+
+
+def density_operator(q_rot: np.ndarray) -> np.ndarray:
+    """A0 = Q~^T Q~ (sum over the rows)."""
+    return matmul(np.swapaxes(q_rot, -1, -2), q_rot)
+
+
+def cumulative_density_operator(q_rot: np.ndarray) -> np.ndarray:
+    """A0_i = sum_{s <= i} q~_s q~_s^T: a running sum in the accumulator format, row by row."""
+    q = _operand(np.asarray(q_rot, dtype=np.float64))
+    b, h, s, dk = q.shape
+    out = np.empty((b, h, s, dk, dk))
+    acc = np.zeros((b, h, dk, dk))
+    for i in range(s):  # a prefix sum: each row's Gram is the previous one plus an outer product
+        p = q[:, :, i, :, None] * q[:, :, i, None, :]
+        acc = _racc(acc + p)
+        out[:, :, i] = acc
+    return out
+
+
+def metric_tensor(a: np.ndarray, W: np.ndarray, b: np.ndarray, eps_adj: float = 1e-9) -> np.ndarray:
+    """A_LM = iSwiGLU(W A + b) + eps_adj."""
+    arith, _ = _current()
+    acc = matmul(_per_head(W, a), a)
+    z = _rc(acc + _per_head(b, a)) if arith.fused else _rc(_rs(acc) + _per_head(b, a))
+    return _rc(iswiglu(z) + eps_adj)
+
+
+def potential_tensor(a_lm: np.ndarray, P: np.ndarray) -> np.ndarray:
+    """A_P = A_LM^P elementwise, in the compute format."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return _rc(np.power(a_lm, _per_head(P, a_lm)))
+
+
+def energy_curvature(a_p: np.ndarray, a: np.ndarray, b_a: np.ndarray) -> np.ndarray:
+    """G_LM = a A_P + b_a."""
+    arith, _ = _current()
+    acc = matmul(_per_head(a, a_p), a_p)
+    return _rc(acc + _per_head(b_a, a_p)) if arith.fused else _rc(_rs(acc) + _per_head(b_a, a_p))
+
+
+def attention_scores(q_rot: np.ndarray, g_lm: np.ndarray, k_rot: np.ndarray, scale: str = "exact", *,
+                     out: np.ndarray | None = None) -> np.ndarray:
+    """(Q~ G) K~^T / sqrt(d_k): Q~ G stored as the next product's operand, the scale in the compute format."""
+    from pldr_ref.attention import score_scale_divisor
+
+    d_k = q_rot.shape[-1]
+    qg = matmul(np.asarray(q_rot)[..., None, :], g_lm)[..., 0, :] if np.ndim(g_lm) == 5 else matmul(q_rot, g_lm)
+    sc = matmul(_rc(qg), np.swapaxes(k_rot, -1, -2))
+    op, root = score_scale_divisor(d_k, scale)
+    sc = _rc(sc * _rc(np.float64(root))) if op == "multiply" else _div(sc, root)
+    if out is not None:
+        out[...] = sc
+        return out
+    return sc
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    arith, _ = _current()
+    lg = np.asarray(logits, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if arith.softmax == "online":
+            t = lg.shape[-1]
+            st = max(1, arith.softmax_tile)
+            m = np.full((*lg.shape[:-1], 1), -np.inf)
+            z = np.zeros((*lg.shape[:-1], 1))
+            for j0 in range(0, t, st):  # FlashAttention: running max, the running sum rescaled at every tile
+                blk = lg[..., j0:j0 + st]
+                m_new = np.maximum(m, np.max(blk, axis=-1, keepdims=True))
+                safe = np.where(np.isfinite(m_new), m_new, 0.0)
+                corr = _exp(_rc(np.where(np.isfinite(m), m - safe, -np.inf)))
+                z = _racc(_racc(z * corr) + row_sum(_exp(_rc(blk - safe))))
+                m = m_new
+            safe = np.where(np.isfinite(m), m, 0.0)
+            e = _exp(_rc(lg - safe))
+        else:
+            m = np.max(lg, axis=-1, keepdims=True)
+            safe = np.where(np.isfinite(m), m, 0.0)
+            e = _exp(_rc(lg - safe))
+            z = row_sum(e)
+        return _div(e, np.where(z == 0, 1.0, z))
+
+
+def attention_weights(logits: np.ndarray, mask: np.ndarray | None, *, precision: str = "float64",
+                      masked_row: str = "arithmetic", overwrite_input: bool = False) -> np.ndarray:
+    """E = softmax(logits) in the current arithmetic; fully masked rows as ``masked_row`` says (the reference's
+    rule, :func:`pldr_ref.attention.attention_weights`)."""
+    e = _softmax(logits)
+    if masked_row == "arithmetic" or mask is None:
+        return e
+    dead = np.all(mask, axis=-1, keepdims=True)
+    if not dead.any():
+        return e
+    fill = {"zeros": 0.0, "uniform": 1.0 / e.shape[-1], "nan": np.nan}[masked_row]
+    return np.where(dead, fill, e)
+
+
+def mix_values(e: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Z = E V (E stored as the product's operand, as FlashAttention casts P)."""
+    return matmul(e, v)
+
+
+#: Modules that bind primitives by name and may be imported lazily: loaded before the first swap, so that none is
+#: first imported inside an :func:`emulating` block (it would bind the emulations for good).
+PRELOAD = ("pldr_ref.model", "pldr_ref.layer", "pldr_ref.metric_learner", "pldr_ref.inference",
+           "pldr_ref.inference.step", "pldr_ref.inference.scoring", "pldr_ref.inference.generation",
+           "pldr_ref.inference.modes", "pldr_ref.fixtures.runners", "pldr_ref.fixtures.baselines",
+           "pldr_ref.harness.stage_reference")
+
+
+def _replacements() -> dict[Callable[..., Any], Callable[..., Any]]:
+    import importlib
+
+    from pldr_ref import activations, attention, density, norms, plga
+    from pldr_ref import glu as glu_mod
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+
+    return {glu_mod.linear: linear, glu_mod.glu: glu, norms.layer_norm: layer_norm, activations.silu: silu,
+            activations.sigmoid: sigmoid, activations.iswiglu: iswiglu, density.density_operator: density_operator,
+            density.cumulative_density_operator: cumulative_density_operator, plga.metric_tensor: metric_tensor,
+            plga.potential_tensor: potential_tensor, plga.energy_curvature: energy_curvature,
+            attention.attention_scores: attention_scores, attention.attention_weights: attention_weights,
+            attention.mix_values: mix_values}
+
+
+_ORIGINALS: dict[Callable[..., Any], Callable[..., Any]] | None = None
+#: (number of loaded modules, patch sites) of the last scan: the sites are found again when modules were loaded.
+_SITES: list[Any] = [-1, []]
+
+
+def _patch_sites() -> list[tuple[Any, str, Any, Callable[..., Any]]]:
+    """(module, attribute, original, emulation) for every ``pldr_ref`` module attribute bound to a primitive."""
+    global _ORIGINALS
+    if _ORIGINALS is None:
+        _ORIGINALS = _replacements()
+    if _SITES[0] != len(sys.modules):
+        swaps = {id(orig): new for orig, new in _ORIGINALS.items()}
+        sites = []
+        for name, mod in list(sys.modules.items()):
+            if mod is None or name == __name__ or not (name == "pldr_ref" or name.startswith("pldr_ref.")):
+                continue
+            for attr, val in list(vars(mod).items()):
+                new = swaps.get(id(val))
+                if new is not None and callable(val):
+                    sites.append((mod, attr, val, new))
+        _SITES[0], _SITES[1] = len(sys.modules), sites
+    return _SITES[1]
+
+
+@contextlib.contextmanager
+def emulating(arith: Arithmetic, dtype: str) -> Iterator[None]:
+    """Inside the block every reference primitive bound by a ``pldr_ref`` module is replaced by its emulation
+    in ``arith`` with storage dtype ``dtype`` (``arith.internal`` False: nothing is replaced); floating-point
+    overflow and invalid operations give inf / NaN silently, as in a kernel."""
+    if not arith.internal:
+        yield
+        return
+    with _ACTIVE, np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        sites = _patch_sites()
+        for mod, attr, _, new in sites:
+            setattr(mod, attr, new)
+        _PROCESS[0], _PROCESS[1] = arith, dtype
+        try:
+            yield
+        finally:
+            for mod, attr, val, _ in sites:
+                setattr(mod, attr, val)
+            _PROCESS[0] = None

@@ -1,0 +1,173 @@
+"""The false-positive battery: legitimate low-precision backends that are NOT in the calibration ensemble.
+
+Each must pass (no ``fail``, no ``error``) every case of the default suite in float32, bfloat16 and float16
+(``tests/test_harness_battery.py``; ``python -m pldr_ref.harness.battery`` prints the verdict counts):
+
+* :class:`EmulatedBackend` over :data:`BATTERY_ARITHMETIC`: other reduction tiles (8, 32, 128, 512) and orders,
+  online (FlashAttention) softmax with other tile sizes, accumulation in the storage dtype with other blocks,
+  reordered sums (the issue's "reorders sums" backend) and a tiled online softmax (its "tiled online-softmax"
+  backend) -- every rounding by pldr_ref's own round-to-nearest-even (:mod:`pldr_ref.harness.arithmetic`);
+* :class:`~pldr_ref.backends.torch_backend.TorchBackend` (the bundled mixed-precision torch backend) and
+  :class:`TorchNativeMatmulBackend` (torch's own bfloat16 / float16 CPU matrix-product kernels);
+* :class:`~pldr_ref.backends.numpy32.Numpy32Backend` (float32; model and layer cases).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from pldr_ref.harness.arithmetic import Arithmetic, emulating
+from pldr_ref.harness.protocol import DEFAULT_EMULATION_SWITCHES, Capabilities, StageRequest, Unsupported
+
+#: Arithmetic of the emulated battery backends (none of them is a calibration member:
+#: ``tests/test_harness_battery.py`` checks).
+BATTERY_ARITHMETIC: tuple[Arithmetic, ...] = (
+    Arithmetic("reordered-sums", order="reverse", tile=32),
+    Arithmetic("tiled-online-softmax", tile=64, softmax="online", softmax_tile=32),
+    Arithmetic("f32acc-t8-online8", tile=8, softmax="online", softmax_tile=8),
+    Arithmetic("f32acc-t128-exp2", tile=128, exp2=True),
+    Arithmetic("f32acc-t512-online128-recip", tile=512, softmax="online", softmax_tile=128, reciprocal=True),
+    Arithmetic("f32acc-t32-unfused-exp2-recip", tile=32, fused=False, exp2=True, reciprocal=True),
+    Arithmetic("f32acc-seq-online512-exp2", softmax="online", softmax_tile=512, exp2=True),
+    Arithmetic("dtype-acc-t32", accumulate="storage", tile=32),
+    Arithmetic("dtype-acc-reverse-t8-online16", accumulate="storage", order="reverse", tile=8, softmax="online",
+               softmax_tile=16),
+    Arithmetic("dtype-all-seq-exp2-unfused", accumulate="storage", compute="storage", exp2=True, fused=False),
+)
+
+#: Dtypes the battery covers.
+BATTERY_DTYPES = ("float32", "bfloat16", "float16")
+
+
+class EmulatedBackend:
+    """A backend computing every case kind and every stage with an :class:`Arithmetic` (float32, bfloat16,
+    float16): parameters and inputs rounded to the dtype, the reference's structure, the arithmetic's products,
+    sums, softmax and elementwise work, every stage output stored in the dtype."""
+
+    def __init__(self, arith: Arithmetic) -> None:
+        self.arith = arith
+        self.name = f"emulated-{arith.name}"
+
+    def capabilities(self) -> Capabilities:
+        """float32 / bfloat16 / float16; every kind with a runner; every stage; both caches; per-row positions."""
+        from pldr_ref.fixtures.runners import RUNNERS
+        from pldr_ref.registry import ALL_STAGES
+
+        return Capabilities(dtypes=BATTERY_DTYPES, kinds=tuple(RUNNERS), stages=tuple(s.name for s in ALL_STAGES),
+                            caches=("kv", "g"), switches=DEFAULT_EMULATION_SWITCHES, position_ids=True)
+
+    def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
+        """Every output of ``case`` (the reference runner in this arithmetic, stage outputs stored in ``dtype``)."""
+        from pldr_ref.harness.tolerance import naive_outputs
+
+        if dtype not in BATTERY_DTYPES:
+            raise Unsupported(f"{self.name} computes in {BATTERY_DTYPES}, not {dtype}")
+        with emulating(self.arith, dtype):
+            out = naive_outputs(case, dtype)
+        if out is None:
+            raise Unsupported(f"case kind {case.kind!r} has no runner")
+        return out
+
+    def run_stage(self, request: StageRequest) -> dict[str, np.ndarray]:
+        """One stage from the given upstream values, in this arithmetic."""
+        from pldr_ref.harness.stage_reference import reference_stage
+        from pldr_ref.harness.tolerance import round_to
+        from pldr_ref.params import Params
+
+        dt = request.dtype
+        if dt not in BATTERY_DTYPES:
+            raise Unsupported(f"{self.name} computes in {BATTERY_DTYPES}, not {dt}")
+        params = Params(request.params.config, {k: round_to(dt, v) for k, v in request.params.items()})
+        inputs = {k: round_to(dt, v) for k, v in request.inputs.items()}
+        with emulating(self.arith, dt):
+            out = reference_stage(request.stage, request.layer, request.config, params, inputs,
+                                  round_to=lambda a: round_to(dt, a))
+        return {k: round_to(dt, v) for k, v in out.items()}
+
+
+def torch_native_matmul_backend() -> Any:
+    """:class:`TorchNativeMatmulBackend` (torch is imported only here)."""
+    from pldr_ref.backends.torch_backend import TorchBackend
+
+    class TorchNativeMatmulBackend(TorchBackend):
+        """The torch backend whose bfloat16 / float16 products run in torch's own 16-bit CPU matmul kernels
+        (16-bit operands and result, the kernel's internal accumulation) instead of a float32 product of rounded
+        operands."""
+
+        name = "torch-native-16bit-matmul"
+
+        def matmul(self, a: Any, b: Any) -> Any:
+            torch = self.torch
+            if self._mm is None or a.dtype != torch.float32:
+                return torch.matmul(a, b)
+            return torch.matmul(self.storage_round(a).to(self._mm), self.storage_round(b).to(self._mm)).to(
+                torch.float32)
+
+    return TorchNativeMatmulBackend(device="cpu")
+
+
+def battery(include_torch: bool = True) -> list[Any]:
+    """Every battery backend (torch ones only when ``include_torch`` and torch imports)."""
+    out: list[Any] = [EmulatedBackend(a) for a in BATTERY_ARITHMETIC]
+    from pldr_ref.backends.numpy32 import Numpy32Backend
+
+    out.append(Numpy32Backend())
+    if include_torch:
+        try:
+            from pldr_ref.backends.torch_backend import TorchBackend
+        except ImportError:
+            return out
+        out += [TorchBackend(device="cpu"), torch_native_matmul_backend()]
+    return out
+
+
+def run_battery(backends: Iterable[Any], cases: list[Any], dtypes: Iterable[str]) -> dict[str, list[Any]]:
+    """{backend name: [CaseResult, ...]} over ``cases`` x ``dtypes`` (the dtypes each backend declares)."""
+    from pldr_ref.harness.validate import validate
+
+    out = {}
+    for b in backends:
+        dts = [d for d in dtypes if d in b.capabilities().dtypes]
+        out[b.name] = validate(b, cases, dts)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the status counts of every battery backend per dtype; exit 1 on any fail or error."""
+    from pldr_ref.harness.cli import load_suite, suite_root
+    from pldr_ref.harness.validate import FAILING_STATUSES
+
+    p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.battery", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", action="append", default=None, choices=BATTERY_DTYPES)
+    p.add_argument("--suite-dir", "--suite", dest="suite", default="default")
+    p.add_argument("--no-torch", action="store_true", help="leave the torch backends out")
+    args = p.parse_args(argv)
+    dtypes = args.dtype or list(BATTERY_DTYPES)
+    cases = load_suite(suite_root(args.suite), None, None)
+    bad = 0
+    print("| backend | dtype | pass | fail | error | not judgeable | not applicable | unsupported |")
+    print("|---|---|---|---|---|---|---|---|")
+    for b in battery(include_torch=not args.no_torch):
+        for name, results in run_battery([b], cases, dtypes).items():
+            for dt in dtypes:
+                rs = [r for r in results if r.dtype == dt]
+                if not rs:
+                    continue
+                n = {s: sum(r.status == s for r in rs) for s in ("pass", "fail", "error", "not_judgeable",
+                                                                  "not_applicable", "unsupported")}
+                print(f"| {name} | {dt} | " + " | ".join(str(v) for v in n.values()) + " |", flush=True)
+                for r in rs:
+                    if r.status in FAILING_STATUSES:
+                        bad += 1
+                        print(f"  {r.status}: {r.case} {r.dtype}: {r.reason}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

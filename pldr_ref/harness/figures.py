@@ -1,0 +1,132 @@
+"""The margin figures of ``docs/tolerances.md``: one PNG per dtype.
+
+    python -m pldr_ref.harness.figures --out docs        # writes docs/margins_{float32,bfloat16,float16}.png
+
+For every model and layer case of the suite, the relative RMS error of its primary output (the logits, a layer's
+``out2``) in that dtype: each calibration member's (grey dots), the allowance derived from them (black bar; hollow
+where the output is not judgeable), the battery backends outside the ensemble (blue), and wrong backends -- mutants
+of the torch backend whose bug changes the primary output, all-zero logits and 3 % noise (red).  A correct
+backend sits below the bar, a wrong one above it; the gaps are the margins.  Needs matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Mutants drawn in the figure (torch mutants whose bug reaches the primary output).
+FIGURE_MUTANTS = ("NoScaleMutant", "UnbiasedVarianceLayerNormMutant", "RopeLayoutMutant", "MaskOffByOneMutant",
+                  "TransposedGMutant", "SoftmaxAxisMutant")
+
+
+def primary_name(case: Any) -> str | None:
+    """The primary output drawn for ``case`` (None: not a model or layer case)."""
+    if case.kind == "forward":
+        return "logits"
+    if case.kind == "decoder_layer":
+        return f"layers.{int(case.args['layer'])}.out2"
+    return None
+
+
+def _rms(result: Any, name: str) -> float | None:
+    for o in result.outputs:
+        if o.name == name and o.comparison is not None and o.comparison.error is None:
+            return float(o.comparison.rms_rel)
+    return None
+
+
+def collect(cases: list[Any], dtype: str, *, with_torch: bool = True) -> list[dict[str, Any]]:
+    """Per case: the members' relative RMS errors, the allowance, battery and wrong backends' errors."""
+    from pldr_ref.harness import mutants
+    from pldr_ref.harness.battery import BATTERY_ARITHMETIC, EmulatedBackend
+    from pldr_ref.harness.calibration import case_runs
+    from pldr_ref.harness.tolerance import naive_stats
+    from pldr_ref.harness.validate import validate_case
+    from pldr_ref.harness.verdict_power import NoisyLogits, ZeroLogits
+
+    correct: list[Any] = [EmulatedBackend(a) for a in BATTERY_ARITHMETIC[:2]]
+    wrong: list[Any] = [ZeroLogits(), NoisyLogits()]
+    if with_torch:
+        from pldr_ref.backends.torch_backend import TorchBackend
+        from pldr_ref.harness.battery import torch_native_matmul_backend
+
+        correct += [TorchBackend(device="cpu"), torch_native_matmul_backend()]
+        wrong += [getattr(mutants, m)(device="cpu") for m in FIGURE_MUTANTS]
+    rows = []
+    for case in cases:
+        name = primary_name(case)
+        if name is None or case.params is None:
+            continue
+        g = np.asarray(case.outputs[name])
+        member_err = [naive_stats(g, run[name]).rms_rel for _, run in case_runs(case, dtype)
+                      if run is not None and name in run]
+        ok = [validate_case(b, case, dtype, isolate=False) for b in correct]
+        allowance, judged = None, False
+        for r in ok:
+            for o in r.outputs:
+                if o.name == name and o.allowance is not None and o.allowance.rms is not None:
+                    allowance, judged = o.allowance.rms, o.allowance.judged
+        bad = [validate_case(b, case, dtype, isolate=False) for b in wrong
+               if case.kind == "forward" or not isinstance(b, ZeroLogits)]
+        rows.append({"case": case.name, "members": member_err, "allowance": allowance, "judged": judged,
+                     "correct": [e for e in (_rms(r, name) for r in ok) if e is not None],
+                     "wrong": [e for e in (_rms(r, name) for r in bad) if e is not None]})
+    return rows
+
+
+def draw(rows: list[dict[str, Any]], dtype: str, path: Path) -> None:
+    """One PNG: x = case, y = relative RMS error of the primary output (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.32 * len(rows)), 5.0))
+    floor = 1e-9
+    for i, r in enumerate(rows):
+        ax.scatter([i] * len(r["members"]), np.maximum(r["members"], floor), s=10, c="0.6",
+                   label="calibration members" if i == 0 else None)
+        ax.scatter([i] * len(r["correct"]), np.maximum(r["correct"], floor), s=18, c="tab:blue", marker="o",
+                   label="battery (correct, not calibrated on)" if i == 0 else None)
+        ax.scatter([i] * len(r["wrong"]), np.maximum(r["wrong"], floor), s=22, c="tab:red", marker="x",
+                   label="mutants, zeros, 3 % noise" if i == 0 else None)
+        if r["allowance"] is not None:
+            ax.plot([i - 0.4, i + 0.4], [r["allowance"]] * 2, c="k" if r["judged"] else "0.75", lw=2,
+                    label="allowance (grey: not judgeable)" if i == 0 else None)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r["case"] for r in rows], rotation=90, fontsize=6)
+    ax.set_ylabel("relative RMS error of the primary output")
+    ax.set_title(f"{dtype}: calibration ensemble, allowance, correct battery and wrong backends")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write ``margins_<dtype>.png`` for every dtype into ``--out``."""
+    from pldr_ref.harness.cli import load_suite, suite_root
+
+    p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.figures", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="docs")
+    p.add_argument("--dtype", action="append", default=None)
+    p.add_argument("--suite-dir", "--suite", dest="suite", default="default")
+    p.add_argument("--no-torch", action="store_true")
+    args = p.parse_args(argv)
+    cases = [c for c in load_suite(suite_root(args.suite), None, None) if primary_name(c) is not None]
+    for dtype in args.dtype or ["float32", "bfloat16", "float16"]:
+        rows = collect(cases, dtype, with_torch=not args.no_torch)
+        path = Path(args.out) / f"margins_{dtype}.png"
+        draw(rows, dtype, path)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

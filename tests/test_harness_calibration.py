@@ -1,0 +1,189 @@
+"""Issue 19 item 1: allowances calibrated on an ensemble of legitimate low-precision implementations, bit for bit
+the same on every machine, BLAS and thread count; the emulated arithmetic does what it says (negative controls)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
+from pldr_ref.harness import arithmetic as ar
+from pldr_ref.harness import calibration
+from pldr_ref.harness.calibration import ENSEMBLE, TF32_MEMBER, members, robust_stats, round_up
+from pldr_ref.harness.tolerance import NaiveStats, case_baselines
+
+
+def test_ensemble_has_the_required_variety():
+    for dtype in ("float32", "bfloat16", "float16"):
+        ms = members(dtype)
+        assert len(ms) >= 8 and len({m.name for m in ms}) == len(ms)
+        assert len(set(dataclass_values(m) for m in ms)) == len(ms), "two members compute the same way"
+    ms = ENSEMBLE
+    assert {16, 64, 256} <= {m.tile for m in ms}
+    assert {"float32", "storage"} <= {m.accumulate for m in ms}
+    assert {"forward", "reverse"} <= {m.order for m in ms}
+    assert any(m.softmax == "online" for m in ms) and any(m.softmax == "two_pass" for m in ms)
+    assert any(m.exp2 for m in ms) and any(not m.exp2 for m in ms)
+    assert any(m.reciprocal for m in ms) and any(not m.reciprocal for m in ms)
+    assert any(m.fused for m in ms) and any(not m.fused for m in ms)
+    assert TF32_MEMBER.tf32 and TF32_MEMBER in members("float32") and TF32_MEMBER not in members("bfloat16")
+
+
+def dataclass_values(m):
+    return tuple(v for k, v in vars(m).items() if k != "name")
+
+
+def _emulated(arith, dtype, fn, *args):
+    with ar.emulating(arith, dtype):
+        return fn(*args)
+
+
+def test_matmul_order_and_tiles_are_explicit():
+    """Integers: every order and tile gives the exact sum; a sum that float32 cannot hold in order shows the
+    order (1 + 2^-24 + 2^-24 in forward order loses both halves, in reverse order keeps them)."""
+    rng = np.random.default_rng(0)
+    a = rng.integers(-8, 8, (3, 40)).astype(float)
+    b = rng.integers(-8, 8, (40, 5)).astype(float)
+    for arith in (ar.Arithmetic("s"), ar.Arithmetic("t16", tile=16), ar.Arithmetic("r", order="reverse", tile=7)):
+        np.testing.assert_array_equal(_emulated(arith, "float32", ar.matmul, a, b), a @ b)
+    x = np.array([[1.0, 2.0**-24, 2.0**-24]])
+    ones = np.ones((3, 1))
+    fwd = _emulated(ar.Arithmetic("f"), "float32", ar.matmul, x, ones)
+    rev = _emulated(ar.Arithmetic("r", order="reverse"), "float32", ar.matmul, x, ones)
+    assert fwd[0, 0] == 1.0 and rev[0, 0] == 1.0 + 2.0**-23
+
+
+def test_accumulation_in_the_storage_dtype_is_coarser():
+    """1000 terms of 1/128 summed in bfloat16 stall once the spacing exceeds twice the term (the negative control
+    of the storage accumulator); float32 accumulation and tiles of 16 in bfloat16 stay close."""
+    x = np.full((1, 1000), 2.0**-7)
+    ones = np.ones((1000, 1))
+    f32 = _emulated(ar.Arithmetic("f"), "bfloat16", ar.matmul, x, ones)[0, 0]
+    bf = _emulated(ar.Arithmetic("b", accumulate="storage"), "bfloat16", ar.matmul, x, ones)[0, 0]
+    tiled = _emulated(ar.Arithmetic("b", accumulate="storage", tile=16), "bfloat16", ar.matmul, x, ones)[0, 0]
+    assert f32 == 1000 * 2.0**-7 and bf == 2.0 and abs(tiled - f32) < 0.05 * f32
+
+
+def test_online_softmax_matches_two_pass_and_masked_rows():
+    rng = np.random.default_rng(1)
+    lg = rng.normal(size=(1, 2, 3, 100)) * 4
+    lg[0, 0, 0, :] = -np.inf  # fully masked row: zeros, the FlashAttention convention
+    two = _emulated(ar.Arithmetic("t"), "float32", ar.attention_weights, lg, None)
+    onl = _emulated(ar.Arithmetic("o", softmax="online", softmax_tile=16), "float32", ar.attention_weights, lg, None)
+    from pldr_ref.attention import masked_softmax
+
+    ref = masked_softmax(lg.copy())
+    assert np.all(two[0, 0, 0] == 0) and np.all(onl[0, 0, 0] == 0)
+    assert np.max(np.abs(two - ref)) < 1e-6 and np.max(np.abs(onl - ref)) < 1e-6
+    assert not np.array_equal(two, onl)  # the rescaled running sum rounds differently
+
+
+def test_tf32_rounding_keeps_eleven_bits():
+    x = np.array([1.0 + 2.0**-10 + 2.0**-11, 1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11, -3.0])
+    np.testing.assert_array_equal(ar.round_to_dtype(x, "tf32"), [1.0 + 2.0**-9, 1.0, 1.0 + 2.0**-9, -3.0])
+
+
+def test_emulation_restores_the_reference_functions():
+    from pldr_ref import glu, layer, model, norms
+
+    before = (layer.linear, layer.layer_norm, model.linear, norms.layer_norm, glu.glu)
+    with ar.emulating(ENSEMBLE[1], "bfloat16"):
+        assert layer.linear is ar.linear and model.layer_norm is ar.layer_norm and glu.glu is ar.glu
+    assert (layer.linear, layer.layer_norm, model.linear, norms.layer_norm, glu.glu) == before
+    with pytest.raises(RuntimeError):
+        ar.matmul(np.ones((1, 1)), np.ones((1, 1)))
+
+
+def test_robust_statistic_is_the_median_not_the_max():
+    per = [NaiveStats(1.0, 0.01, 0.001, 0.002, 10)] * 6 + [NaiveStats(100.0, 5.0, 1.0, 1.0, 10)] * 3
+    s = robust_stats(per)
+    assert (s.max_abs, s.rms_rel, s.offset, s.gain) == (1.0, 0.01, 0.001, 0.002)
+    assert robust_stats([NaiveStats(None)] * 5 + per[:4]) is None  # most members non-finite
+    assert round_up(0.012301) == 0.013 and round_up(0.0) == 0.0 and round_up(7.0) == 7.0
+
+
+def _allowance_numbers(case, dtype):
+    """The ensemble statistics computed afresh (neither the committed store nor a memo is read)."""
+    calibration._STORE = {}
+    calibration._MEMO.clear()
+    stats, _ = case_baselines(case, dtype)
+    calibration._STORE = None
+    return {k: [v.max_abs, v.rms_rel, v.offset, v.gain] for k, v in sorted(stats.items()) if v is not None}
+
+
+#: sha256 of the JSON of the ensemble statistics of layer/tiny_l1_mask_ideal in bfloat16 (a regression anchor for
+#: machine independence: any machine, BLAS, thread count and ml_dtypes version must reproduce it).
+TINY_LAYER_BF16_SHA256 = "da7fc919dd1040566516613ec2d9ffe56670880df7bb0166b9639993d931aab1"
+
+
+_PRINT_NUMBERS = """
+import json, sys
+from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
+from pldr_ref.harness import calibration
+from pldr_ref.harness.tolerance import case_baselines
+calibration._STORE = {}
+stats, _ = case_baselines(load_case(DEFAULT_GOLDEN_DIR / "layer/tiny_l1_mask_ideal"), "bfloat16")
+print(json.dumps({k: [v.max_abs, v.rms_rel, v.offset, v.gain] for k, v in sorted(stats.items()) if v is not None},
+                 sort_keys=True))
+"""
+
+
+def test_calibration_is_bit_identical_across_thread_counts_and_runs():
+    """The same statistics in this process, in fresh processes with one BLAS / OpenMP thread and with four, and
+    the stored hash of them."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    case = load_case(DEFAULT_GOLDEN_DIR / "layer/tiny_l1_mask_ideal")
+    here = json.dumps(_allowance_numbers(case, "bfloat16"), sort_keys=True)
+    root = str(Path(__file__).resolve().parents[1])
+    for threads in ("1", "4"):
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+               "PLDR_REF_THREADS": threads, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+        out = subprocess.run([sys.executable, "-c", _PRINT_NUMBERS], env=env, capture_output=True, text=True,
+                             timeout=600, check=True).stdout.strip()
+        assert out == here, threads
+    digest = hashlib.sha256(here.encode()).hexdigest()
+    assert digest == TINY_LAYER_BF16_SHA256, digest
+
+
+def test_float32_register_cast_is_pldr_refs_own_rounding():
+    """The accumulation loops round to float32 with NumPy's IEEE cast; it is bit-identical to
+    pldr_ref.format_rounding (normals, subnormals, midpoints, overflow, signed zeros)."""
+    from pldr_ref.format_rounding import FLOAT32, round_to_format
+
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(20000) * 10.0 ** rng.integers(-45, 39, 20000),
+                        np.ldexp(1.0 + np.arange(1, 64) * 2.0**-24, -130), [0.0, -0.0, 3.5e38, -3.5e38, 1e-46]])
+    mid = np.ldexp(1.0 + (2 * rng.integers(0, 2**23, 2000) + 1) * 2.0**-24, rng.integers(-140, 120, 2000))
+    x = np.concatenate([x, mid, -mid])
+    with ar.emulating(ENSEMBLE[1], "bfloat16"):
+        got = ar._f32(x)
+    np.testing.assert_array_equal(got, round_to_format(x, FLOAT32))
+    assert np.array_equal(np.signbit(got), np.signbit(round_to_format(x, FLOAT32)))
+
+
+def test_committed_store_covers_the_suite_and_matches_a_fresh_calibration():
+    """Every committed case below float64 has its statistics in pldr_ref/harness/calibration.json (of this
+    ensemble's fingerprint), and a fresh calibration of one case reproduces them exactly."""
+    import json as _json
+
+    from pldr_ref.fixtures.case import iter_cases
+    from pldr_ref.fixtures.runners import RUNNERS
+    from pldr_ref.harness.tolerance import beyond_float32
+
+    doc = _json.loads(calibration.CACHE_FILE.read_text(encoding="utf-8"))
+    assert doc["fingerprint"] == calibration.fingerprint(), "stale: python -m pldr_ref.harness.calibration --write"
+    missing = [c.name for c in iter_cases(DEFAULT_GOLDEN_DIR)
+               if c.kind in RUNNERS and not beyond_float32(c)
+               and set(doc["cases"].get(calibration.case_digest(c), {})) != {"float32", "bfloat16", "float16"}]
+    assert not missing, f"not in the store: {missing[:5]} (python -m pldr_ref.harness.calibration --write)"
+    case = load_case(DEFAULT_GOLDEN_DIR / "model/tiny_identity_g_short")
+    fresh = _allowance_numbers(case, "float16")
+    stored = doc["cases"][calibration.case_digest(case)]["float16"]
+    assert {k: v[:4] for k, v in stored.items() if isinstance(v, list) and ":" not in k} == fresh
