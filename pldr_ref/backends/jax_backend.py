@@ -21,6 +21,7 @@ one.  JAX is an optional dependency (``pip install "pldr-ref[jax]"``), imported 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -65,19 +66,28 @@ def import_jax() -> Any:
 
 
 class JaxBackend:
-    """PLDR-LLM in jitted ``jax.numpy`` on the CPU (see module docstring)."""
+    """PLDR-LLM in jitted ``jax.numpy`` on the CPU (see module docstring).
+
+    ``jit=False`` runs the same functions op by op (JAX's eager mode, every primitive still an XLA
+    computation): no per-config compilation, for quick negative controls; validation uses the default.
+    """
 
     name = "jax"
 
-    def __init__(self) -> None:
+    def __init__(self, jit: bool = True) -> None:
         jax = import_jax()
         self.jax = jax
         self.jnp = jax.numpy
         self.cpu = jax.devices("cpu")[0]
-        self._forward = jax.jit(self.forward, static_argnames=("c", "dt", "pad_masking"))
-        self._layer = jax.jit(self.decoder_layer, static_argnames=("c", "dt"))
-        self._stage = jax.jit(self.stage, static_argnames=("name", "c", "dt"))
-        self._op = jax.jit(self.op, static_argnames=("kind", "dt", "args"))
+        self.jit = jit
+
+        def compiled(fn: Any, *static: str) -> Any:
+            return jax.jit(fn, static_argnames=static) if jit else functools.partial(fn)
+
+        self._forward = compiled(self.forward, "c", "dt", "pad_masking")
+        self._layer = compiled(self.decoder_layer, "c", "dt")
+        self._stage = compiled(self.stage, "name", "c", "dt")
+        self._op = compiled(self.op, "kind", "dt", "args")
         self._params_cache: dict[tuple[int, str], tuple[Params, dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------ protocol

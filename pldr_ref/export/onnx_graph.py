@@ -9,6 +9,7 @@ Standard ONNX operators only (default domain, opset :data:`OPSET`), no custom op
   ``start_pos`` (int64 scalar, the position of the first row) are *overridable initializers*: stored in
   the file (the parameters it was exported with, ``start_pos`` = 0) and also declared as graph inputs, so a
   runtime can feed other values -- one file serves every parameter set of its config;
+* node names: ``{stage}/{op}_{n}`` (``layers.0.masked_softmax/Softmax_412``), the stage each node belongs to;
 * outputs: ``logits`` [B, S, V] and every traced stage under its golden name (``embed``, ``x0``,
   ``layers.{l}.{q,k,v,q_rot,k_rot,A0,A,A_LM,A_P,G_LM,scores,E,ctx,attn_out,out1,ffn_out,out2}``), so the
   harness can localize a wrong node to its stage;
@@ -64,6 +65,7 @@ class GraphBuilder:
         self.initializers: list[Any] = []
         self.inputs: list[Any] = []
         self.outputs: list[str] = []
+        self.scope = "model"  # the stage the next nodes belong to: node names are "{scope}/{op}_{n}"
         self._n = 0
 
     def fresh(self, hint: str) -> str:
@@ -74,7 +76,7 @@ class GraphBuilder:
     def op(self, op_type: str, inputs: list[str], hint: str | None = None, n_out: int = 1, **attrs: Any) -> Any:
         """Append one node; the output name (a list of names when ``n_out`` > 1)."""
         outs = [self.fresh(hint or op_type.lower()) for _ in range(n_out)]
-        self.nodes.append(self.h.make_node(op_type, inputs, outs, name=self.fresh(f"n_{op_type}"), **attrs))
+        self.nodes.append(self.h.make_node(op_type, inputs, outs, name=self.fresh(f"{self.scope}/{op_type}"), **attrs))
         return outs[0] if n_out == 1 else outs
 
     def const(self, value: Any, dtype: Any, hint: str = "c") -> str:
@@ -91,7 +93,7 @@ class GraphBuilder:
 
     def output(self, name: str, tensor: str) -> None:
         """Expose ``tensor`` as the graph output ``name``."""
-        self.nodes.append(self.h.make_node("Identity", [tensor], [name], name=self.fresh("n_out")))
+        self.nodes.append(self.h.make_node("Identity", [tensor], [name], name=self.fresh("output/Identity")))
         self.outputs.append(name)
 
 
@@ -232,14 +234,18 @@ class PLDRGraph:
             a = self.layer_norm(self.linear(a, f"{m}A_dff_dense2.weight", f"{m}A_dff_dense2.bias"), f"{m}layernorm2")
         return a
 
-    def plga(self, a: str, g: str, rank: int) -> tuple[str, str, str]:
-        """(A_LM, A_P, G_LM): iSwiGLU(W A + b) + eps_adj, A_LM ** P, a A_P + b_a (powers in float32)."""
+    def plga(self, a: str, g: str, rank: int, scope: Any) -> tuple[str, str, str]:
+        """(A_LM, A_P, G_LM): iSwiGLU(W A + b) + eps_adj, A_LM ** P, a A_P + b_a (powers in float32);
+        ``scope(stage)`` names the stage of the nodes that follow."""
         b = self.b
+        scope("metric_tensor")
         z = b.op("Add", [self.matmul(self.per_head(self.P[f"{g}Wlst"], rank), a),
                          self.per_head(self.P[f"{g}blst"], rank)])
         z = self.work(z)
         a_lm = b.op("Add", [b.op("Mul", [z, self.silu(z)]), self.scalar(self.c.eps_adj, work=True)], "A_LM")
+        scope("potential_tensor")
         a_p = b.op("Pow", [a_lm, self.work(self.per_head(self.P[f"{g}pwlst"], rank))], "A_P")
+        scope("energy_curvature")
         g_lm = b.op("Add", [self.matmul(self.work(self.per_head(self.P[f"{g}alst"], rank)), a_p),
                             self.work(self.per_head(self.P[f"{g}balst"], rank))])
         return a_lm, a_p, self.back(g_lm)
@@ -286,6 +292,7 @@ class PLDRGraph:
         for name, value in self.params.items():
             arr = np.asarray(value, dtype=np.float64).astype(self.np_dt)
             self.P[name] = b.overridable(name, arr, self.elem, list(arr.shape))
+        b.scope = "sequence_mask"
         seq = b.op("Squeeze", [b.op("Slice", [b.op("Shape", [ids]), self.ints([1]), self.ints([2])]), self.ints([0])])
         positions = b.op("Range", [start, b.op("Add", [start, seq]), b.const(np.array(1), np.int64, "one")], "pos")
         look = b.op("Greater", [b.op("Unsqueeze", [positions, self.ints([0])]),
@@ -293,39 +300,59 @@ class PLDRGraph:
         pad = b.op("Unsqueeze", [b.op("Equal", ["attention_mask", b.const(np.array(0), np.int64, "zero")]),
                                  self.ints([1, 2])])
         mask = b.op("Or", [b.op("Unsqueeze", [look, self.ints([0, 1])]), pad], "mask")
+        b.scope = "embedding"
         scale = math.sqrt(c.d_model) if c.embed_scale_precision != "float32" else float(np.sqrt(np.float32(c.d_model)))
         emb = b.op("Mul", [b.op("Gather", [self.P["decoder.embedding.weight"], ids], axis=0), self.scalar(scale)])
         b.output("embed", emb)
+        b.scope = "input_norm"
         x = self.layer_norm(emb, "decoder.layernorm1")
         b.output("x0", x)
+        b.scope = "rope"
         cos, sin = self.rope_table(positions)
         rank = 5 if c.gram_mode == "cumulative" else 4
         for li in range(c.num_layers):
             pre = f"decoder.dec_layers.{li}."
             m = f"{pre}mha1."
             t: dict[str, str] = {"x": x}
+
+            def scope(stage: str, li: int = li) -> None:
+                b.scope = f"layers.{li}.{stage}"
+
+            scope("qkv_projection")
             t["q"], t["k"], t["v"] = (self.heads(x, f"{m}{w}") for w in ("wq", "wk", "wv"))
+            scope("rope")
             t["q_rot"], t["k_rot"] = self.rope(t["q"], cos, sin), self.rope(t["k"], cos, sin)
+            scope("density_operator")
             t["A0"] = self.gram(t["q_rot"])  # computed in every G mode (the trace holds it)
             if c.metric_learner != "none":
+                scope("metric_learner")
                 t["A"] = self.metric_learner(t["A0"], m)
             if c.g_mode == "learned":
-                t["A_LM"], t["A_P"], t["G_LM"] = self.plga(t["A"], f"{m}plgatt_layer.", rank)
+                t["A_LM"], t["A_P"], t["G_LM"] = self.plga(t["A"], f"{m}plgatt_layer.", rank, scope)
             else:
+                scope("energy_curvature")
                 t["G_LM"] = self.fixed_g(li, ids)
                 rank = 4
+            scope("attention_scores")
             t["scores"] = self.scores(t["q_rot"], t["G_LM"], t["k_rot"], rank)
+            scope("masked_softmax")
             t["E"] = self.masked_softmax(t["scores"], mask)
+            scope("value_mix")
             z = b.op("Transpose", [self.matmul(t["E"], t["v"])], perm=[0, 2, 1, 3])
             t["ctx"] = b.op("Reshape", [z, self.ints([0, 0, c.num_heads * c.d_k])])
+            scope("output_projection")
             t["attn_out"] = self.linear(t["ctx"], f"{m}dense.weight", f"{m}dense.bias")
+            scope("post_attention_norm")
             t["out1"] = self.layer_norm(b.op("Add", [t["attn_out"], x]), f"{pre}layernorm1")
+            scope("ffn")
             t["ffn_out"] = self.glu(t["out1"], f"{pre}ffn.")
+            scope("post_ffn_norm")
             t["out2"] = self.layer_norm(b.op("Add", [t["ffn_out"], t["out1"]]), f"{pre}layernorm2")
             for entry in LAYER_OUTPUTS:
                 if entry in t:
                     b.output(f"layers.{li}.{entry}", t[entry])
             x = t["out2"]
+        b.scope = "lm_head"
         b.output("logits", self.linear(x, "final_layer.weight", "final_layer.bias"))
         return self.model()
 
