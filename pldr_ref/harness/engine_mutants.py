@@ -366,7 +366,7 @@ ENGINE_MUTATIONS: tuple[EngineMutation, ...] = (
     EngineMutation("triton", "no_scale", TINY, ALL4, "attention_scores"),
     EngineMutation("triton", "g_transposed", TINY, ALL4, "attention_scores"),
     EngineMutation("triton", "v_from_k", TINY, ALL4, "value_mix"),
-    EngineMutation("torch", "VocabLowAccumulation", TINY, ("float32", "bfloat16", "float16"), "lm_head"),
+    EngineMutation("torch", "VocabLowAccumulation", TINY, ("float32",), "lm_head"),
     EngineMutation("torch", "SoftmaxAxisMutant", TINY, LOW, "masked_softmax"),
     EngineMutation("torch", "NoScaleMutant", TINY, LOW, "attention_scores"),
     EngineMutation("torch", "RopeLayoutMutant", TINY, LOW, "rope"),
