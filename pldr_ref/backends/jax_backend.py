@@ -21,6 +21,7 @@ one.  JAX is an optional dependency (``pip install "pldr-ref[jax]"``), imported 
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 from collections.abc import Mapping
@@ -53,6 +54,21 @@ WORK_HELD = ("A_LM", "A_P", "frozen_A_LM", "frozen_A_P", "a_lm")
 
 #: Number of (parameters, dtype) conversions kept as device arrays.
 PARAMS_CACHE_SIZE = 4
+
+
+#: The config fields the compiled functions read: the static part of a call, so that configs that differ only
+#: elsewhere (seeds, names, vocabulary size, switches this backend does not implement) share compiled code.
+TRACED_FIELDS = ("num_heads", "d_k", "d_model", "num_layers", "num_reslayerA", "num_denseA", "rope_layout",
+                 "rope_precision", "rope_base", "metric_learner", "gram_mode", "g_mode", "eps_adj", "eps_ln",
+                 "mask_mode", "mask_value", "pad_id", "embed_scale_precision")
+
+#: A hashable view of those fields (attribute access like a PLDRConfig).
+TracedConfig = collections.namedtuple("TracedConfig", TRACED_FIELDS)
+
+
+def traced_config(config: Any) -> TracedConfig:
+    """The static view of ``config`` passed to the compiled functions."""
+    return TracedConfig(*(getattr(config, f) for f in TRACED_FIELDS))
 
 
 def import_jax() -> Any:
@@ -108,19 +124,19 @@ class JaxBackend:
                 am = inputs.get("attention_mask")
                 out = self._forward(self.params(case.params, dtype), inputs["token_ids"].astype(np.int64),
                                     int(args.get("start_pos", 0)), None if am is None else am.astype(np.int64),
-                                    c=c, dt=dtype, pad_masking=bool(args.get("pad_masking", True)))
+                                    c=traced_config(c), dt=dtype, pad_masking=bool(args.get("pad_masking", True)))
             elif case.kind == "decoder_layer":
                 li = int(args["layer"])
                 feed = {k: self.cast(k, v, dtype) for k, v in inputs.items()}
-                t = self._layer(self.layer_params(self.params(case.params, dtype), li), feed, c=case.params.config,
-                                dt=dtype)
+                t = self._layer(self.layer_params(self.params(case.params, dtype), li), feed,
+                                c=traced_config(case.params.config), dt=dtype)
                 out = {f"layers.{li}.{k}": v for k, v in t.items()}
             elif case.kind in OP_KINDS:
                 P = None if case.params is None else self.params(case.params, dtype)
                 feed = {k: self.cast(k, v, dtype) for k, v in inputs.items()}
                 frozen_args = tuple(sorted((k, v if isinstance(v, str | int | float | bool) else str(v))
                                            for k, v in args.items()))
-                cfg = None if case.params is None else case.params.config
+                cfg = None if case.params is None else traced_config(case.params.config)
                 out = self._op(P, feed, kind=case.kind, dt=dtype, args=(frozen_args, cfg))
             else:
                 raise Unsupported(f"case kind {case.kind!r} is not implemented by the JAX backend")
@@ -134,7 +150,7 @@ class JaxBackend:
             run = self.stage if request.stage == "sequence_mask" else self._stage
             P = self.params(request.params, request.dtype)
             out = run(P if request.layer is None else self.layer_params(P, request.layer), feed, name=request.stage,
-                      c=request.config, dt=request.dtype)
+                      c=traced_config(request.config), dt=request.dtype)
         return self.numpy_dict(out)
 
     # ------------------------------------------------------------------ data plumbing
