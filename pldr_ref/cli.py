@@ -14,6 +14,7 @@ SUBCOMMANDS = {
     "accuracy": "pldr_ref.exact.accuracy",
     "prove": "proofs_check.cli",
     "diagnose": "pldr_ref.diagnostics.cli",
+    "export": "pldr_ref.export.cli",
 }
 
 #: What ``pldr-ref --help`` says first.

@@ -321,9 +321,8 @@ class TorchBackend(TorchCases, TorchMath):
             a_lm = a_p = None
             fixed = P[FIXED_G_KEY][layer, 2, 0]
             g_lm = fixed.expand(x.shape[0], *fixed.shape).clone()
-        scores = self.attention_scores(q_rot, g_lm, k_rot)
-        e = self.softmax(self.apply_mask(scores, mask, c))
-        ctx = self.merge_heads(self.mix_values(e, v))
+        scores, e, z = self.attention(q_rot, g_lm, k_rot, v, mask, c)
+        ctx = self.merge_heads(z)
         attn_out = self.linear(ctx, P[f"{m}dense.weight"], P.get(f"{m}dense.bias"))
         out1 = self.layer_norm(self.residual(attn_out, x), P[f"{pre}layernorm1.weight"], P[f"{pre}layernorm1.bias"],
                                c.eps_ln)
@@ -332,6 +331,13 @@ class TorchBackend(TorchCases, TorchMath):
                                c.eps_ln)
         values = (x, q, k, q_rot, k_rot, v, a0, a, a_lm, a_p, g_lm, scores, e, ctx, attn_out, out1, ffn_out, out2)
         return {n: t for n, t in zip(LAYER_ENTRIES, values, strict=True) if t is not None}
+
+    def attention(self, q_rot: Any, g_lm: Any, k_rot: Any, v: Any, mask: Any, config: Any) -> tuple[Any, Any, Any]:
+        """(scores, E, Z = E V per head): the attention core of a layer, one equation at a time (a fused kernel,
+        e.g. :mod:`pldr_ref.backends.triton_attention`, overrides it as a whole)."""
+        scores = self.attention_scores(q_rot, g_lm, k_rot)
+        e = self.softmax(self.apply_mask(scores, mask, config))
+        return scores, e, self.mix_values(e, v)
 
     def embedding_scale(self, config: Any) -> float:
         """sqrt(d): exact, or rounded to float32 (PT-v510 / TF)."""

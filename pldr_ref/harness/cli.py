@@ -1,6 +1,6 @@
 """``pldr-ref validate``: run a backend on the golden suite and print / write the verdict.
 
-    pldr-ref validate --backend MODULE:ATTR [--dtype float64,float32 ...] [--suite-dir DIR]
+    pldr-ref validate (--backend MODULE:ATTR | --onnx MODEL.onnx) [--dtype float64,float32 ...] [--suite-dir DIR]
                       [--group model ...] [-k REGEX] [--out OUT.json] [--junit OUT.xml]
                       [--timeout SECONDS] [--no-isolation] [--timing] [--quiet]
 
@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pldr_ref.harness.protocol import DTYPES, load_backend
+from pldr_ref.export import cli as onnx_cli
+from pldr_ref.harness.protocol import DTYPES
 
 #: Suite name meaning "the committed golden/ folder".
 DEFAULT_SUITE = "default"
@@ -39,7 +40,7 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser("validate", help="validate a backend against the golden fixtures",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", required=True, metavar="MODULE:ATTR",
+    p.add_argument("--backend", default=None, metavar="MODULE:ATTR",
                    help="the backend object, class or factory, e.g. pldr_ref.backends.torch_backend:TorchBackend")
     p.add_argument("--dtype", action="append", default=None, metavar="DTYPE",
                    help=f"dtype(s) to run, comma-separated or repeated ({', '.join(DTYPES)}); "
@@ -57,6 +58,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timing", action="store_true", help="record per-case durations (reports stop being "
                                                           "byte-identical between runs)")
     p.add_argument("--quiet", action="store_true", help="print only the summary line, no progress")
+    onnx_cli.add_validate_arguments(p)  # --onnx MODEL.onnx (pldr_ref.export.cli)
     p.set_defaults(func=main)
 
 
@@ -195,7 +197,10 @@ def main(args: argparse.Namespace) -> int:
     from pldr_ref.progress import Progress
 
     try:
-        backend = load_backend_checked(args.backend)
+        if args.backend and not getattr(args, "onnx", None):
+            backend = load_backend_checked(args.backend)
+        else:  # --onnx MODEL.onnx, or neither / both given (pldr_ref.export.cli says which)
+            backend = onnx_cli.validation_backend(args)
         dtypes = parse_dtypes(args.dtype, backend.capabilities().dtypes)
         root = suite_root(args.suite_dir)
         cases, problems = load_suite_checked(root, args.group, args.pattern)

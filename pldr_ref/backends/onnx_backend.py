@@ -1,0 +1,215 @@
+"""Judge an ONNX model of PLDR-LLM on ONNX Runtime's CPU provider.
+
+Two backends:
+
+* :class:`OnnxFileBackend` -- any ONNX file that follows the contract of ``docs/backends.md`` ("ONNX
+  models"), whoever wrote it (``pldr-ref validate --onnx model.onnx``).  It runs the ``forward`` cases whose
+  config equals the file's (metadata ``pldr_ref.config``); the case's parameters are fed for every
+  parameter the file declares as an input (an overridable initializer); a parameter stored in the file but
+  not overridable must equal the case's value rounded to the file's dtype, else the case is unsupported
+  with the reason.  The compute dtype is the dtype of the ``logits`` output.  Every golden trace name the
+  file outputs is compared, so a wrong node is localized to the first stage whose output it spoils.
+* :class:`OnnxExportBackend` -- exports each forward case's config with :func:`pldr_ref.export.onnx_graph.export_model`
+  (float32 or float16) and runs the model through the same file backend: the exporter and ONNX Runtime
+  judged on the whole suite (``pldr_ref.backends.onnx_backend:OnnxExportBackend``).  ``rewrite`` (a function
+  of the ModelProto) lets an engine mutant edit the exported graph before it runs.
+
+``onnx`` and ``onnxruntime`` are optional (``pip install "pldr-ref[onnx]"``), imported when a backend is created.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pldr_ref.config import PLDRConfig
+from pldr_ref.harness.protocol import DEFAULT_EMULATION_SWITCHES, Capabilities, Unsupported
+from pldr_ref.params import Params
+
+#: ONNX tensor element type name (as ONNX Runtime spells it) -> harness dtype.
+ORT_DTYPES = {"tensor(double)": "float64", "tensor(float)": "float32", "tensor(float16)": "float16",
+              "tensor(bfloat16)": "bfloat16"}
+
+#: NumPy dtype fed for each harness dtype (bfloat16 through ml_dtypes).
+FEED_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
+
+
+def import_ort() -> Any:
+    """``import onnxruntime`` or a clear error naming the extra."""
+    try:
+        import onnxruntime
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError('the ONNX backend needs onnxruntime: `pip install "pldr-ref[onnx]"`') from exc
+    return onnxruntime
+
+
+def ort_session(model_bytes: bytes) -> Any:
+    """An ONNX Runtime session on the CPU provider (one intra-op thread: deterministic, fast for small graphs)."""
+    ort = import_ort()
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = int(os.environ.get("PLDR_REF_ORT_THREADS", "1"))
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+class OnnxModel:
+    """One loaded ONNX file: session, config, dtype, overridable and baked parameters."""
+
+    def __init__(self, model_bytes: bytes, label: str) -> None:
+        import onnx
+
+        from pldr_ref.export.onnx_graph import CONFIG_KEY
+
+        proto = onnx.load_from_string(model_bytes)
+        props = {p.key: p.value for p in proto.metadata_props}
+        if CONFIG_KEY not in props:
+            raise ValueError(f"{label}: no metadata {CONFIG_KEY!r} (the config as JSON, see docs/backends.md)")
+        try:
+            self.config = PLDRConfig.from_dict(json.loads(props[CONFIG_KEY]))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{label}: metadata {CONFIG_KEY!r} is not a valid config: {exc}") from exc
+        self.session = ort_session(model_bytes)
+        self.label = label
+        self.inputs = {i.name: i for i in self.session.get_inputs()}
+        self.inputs.update({i.name: i for i in self.session.get_overridable_initializers()})
+        if "token_ids" not in self.inputs:
+            raise ValueError(f"{label}: the model has no input 'token_ids' (see docs/backends.md)")
+        outputs = {o.name: o for o in self.session.get_outputs()}
+        if "logits" not in outputs:
+            raise ValueError(f"{label}: the model has no output 'logits' (see docs/backends.md)")
+        self.output_names = list(outputs)
+        self.dtype = ORT_DTYPES.get(outputs["logits"].type)
+        if self.dtype is None:
+            raise ValueError(f"{label}: unsupported logits type {outputs['logits'].type}")
+        self.baked = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer
+                      if t.name not in self.inputs}
+
+    def parameter_feed(self, params: Params) -> dict[str, np.ndarray]:
+        """The case's parameters for every overridable one; raises Unsupported when a baked one differs."""
+        feed = {}
+        for name, value in params.items():
+            if name in self.inputs:
+                feed[name] = self.feed_array(name, value)
+            elif name in self.baked:
+                mine = np.asarray(value, dtype=np.float64).astype(self.baked[name].dtype)
+                if mine.shape != self.baked[name].shape or not np.array_equal(mine, self.baked[name]):
+                    raise Unsupported(f"{self.label} stores parameter {name} (not overridable) with other values "
+                                      "than this case")
+        return feed
+
+    def feed_array(self, name: str, value: Any) -> np.ndarray:
+        """``value`` in the element type the input ``name`` declares."""
+        t = self.inputs[name].type
+        a = np.asarray(value)
+        if t == "tensor(int64)":
+            return a.astype(np.int64)
+        if t == "tensor(bool)":
+            return a.astype(bool)
+        dt = ORT_DTYPES.get(t)
+        if dt == "bfloat16":
+            import ml_dtypes
+
+            return np.asarray(a, dtype=np.float64).astype(ml_dtypes.bfloat16)
+        if dt is None:
+            raise Unsupported(f"{self.label}: input {name} has type {t}, outside the contract")
+        return np.asarray(a, dtype=np.float64).astype(FEED_DTYPES[dt])
+
+    def run_forward(self, case: Any) -> dict[str, np.ndarray]:
+        """The file's outputs (float64) for a forward case of its config."""
+        c = case.params.config
+        if c != self.config:
+            diff = sorted(k for k, v in c.to_dict().items() if self.config.to_dict().get(k) != v)
+            raise Unsupported(f"{self.label} is exported for another config (differs in {', '.join(diff[:4])})")
+        ids = np.asarray(case.inputs["token_ids"]).astype(np.int64)
+        args = dict(case.args or {})
+        feed = {"token_ids": ids, **self.parameter_feed(case.params)}
+        if "attention_mask" in case.inputs:
+            am = np.asarray(case.inputs["attention_mask"]).astype(np.int64)
+        else:
+            pad_masking = args.get("pad_masking")
+            pad_masking = (c.pad_source == "token") if pad_masking is None else bool(pad_masking)
+            am = (ids != c.pad_id).astype(np.int64) if pad_masking else np.ones_like(ids)
+        start = int(args.get("start_pos", 0))
+        if "attention_mask" in self.inputs:
+            feed["attention_mask"] = am
+        elif not am.all():
+            raise Unsupported(f"{self.label} has no attention_mask input and this case masks padding keys")
+        if "start_pos" in self.inputs:
+            feed["start_pos"] = np.array(start, dtype=np.int64)
+        elif start:
+            raise Unsupported(f"{self.label} has no start_pos input and this case starts at position {start}")
+        values = self.session.run(self.output_names, feed)
+        return {n: np.asarray(v).astype(np.float64) if np.asarray(v).dtype != np.bool_ else np.asarray(v)
+                for n, v in zip(self.output_names, values, strict=True)}
+
+
+def _capabilities(dtype: str, full_trace: bool) -> Capabilities:
+    return Capabilities(dtypes=(dtype,), kinds=("forward",), switches=DEFAULT_EMULATION_SWITCHES,
+                        full_trace=full_trace)
+
+
+class OnnxFileBackend:
+    """One ONNX file judged on ONNX Runtime's CPU provider (see module docstring)."""
+
+    name = "onnx"
+
+    def __init__(self, path: str) -> None:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        self.model = OnnxModel(data, str(path))
+        self.name = f"onnx:{os.path.basename(str(path))}"
+
+    def capabilities(self) -> Capabilities:
+        """The file's dtype; forward cases; the full trace when the file outputs every layer entry of layer 0."""
+        full = all(f"layers.0.{e}" in self.model.output_names for e in ("q", "scores", "E", "out2"))
+        return _capabilities(self.model.dtype, full)
+
+    def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
+        if dtype != self.model.dtype:
+            raise Unsupported(f"the file computes in {self.model.dtype}, not {dtype}")
+        if case.kind != "forward":
+            raise Unsupported(f"case kind {case.kind!r}: an ONNX file runs forward cases only")
+        return self.model.run_forward(case)
+
+
+class OnnxExportBackend:
+    """``pldr-ref export onnx`` + ONNX Runtime on every forward case (see module docstring)."""
+
+    name = "onnx-export"
+
+    def __init__(self, rewrite: Callable[[Any], Any] | None = None) -> None:
+        import_ort()
+        self.rewrite = rewrite
+        self._cache: dict[tuple[int, str], tuple[Params, OnnxModel]] = {}
+
+    def capabilities(self) -> Capabilities:
+        """float32 and float16 exports; forward cases; the full trace."""
+        return Capabilities(dtypes=("float32", "float16"), kinds=("forward",), switches=DEFAULT_EMULATION_SWITCHES)
+
+    def model_for(self, params: Params, dtype: str) -> OnnxModel:
+        """The exported (and, for a mutant, rewritten) model of ``params``' config, cached per Params object."""
+        from pldr_ref.export.onnx_graph import export_model
+
+        key = (id(params), dtype)
+        hit = self._cache.get(key)
+        if hit is None or hit[0] is not params:
+            proto = export_model(params.config, params, dtype)
+            if self.rewrite is not None:
+                proto = self.rewrite(proto)
+            hit = (params, OnnxModel(proto.SerializeToString(), f"export of {dtype}"))
+            self._cache = {key: hit}
+        return hit[1]
+
+    def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
+        if dtype not in ("float32", "float16"):
+            raise Unsupported(f"ONNX export is float32 or float16, not {dtype}")
+        if case.kind != "forward":
+            raise Unsupported(f"case kind {case.kind!r}: the ONNX export covers forward cases only")
+        return self.model_for(case.params, dtype).run_forward(case)
+
+
+__all__ = ["OnnxExportBackend", "OnnxFileBackend", "OnnxModel", "ort_session"]

@@ -1,0 +1,96 @@
+"""JAX / XLA engine (issue 23): the jitted JaxBackend passes the golden suite, and bugs written in jax.numpy
+are caught and localized.  Needs the [jax] extra (skips without it, fails under PLDR_REF_REQUIRE_ENGINES=1).
+
+Default run: the whole suite in float32 (jitted), every JAX mutant in float32 and bfloat16 (eager mode, which
+runs the same jnp code op by op).  ``-m slow``: the whole suite in float64, bfloat16 and float16 and every
+mutant jitted in each of its dtypes.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from engine_support import require
+
+require("jax")
+
+from pldr_ref.backends.jax_backend import JaxBackend  # noqa: E402
+from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, iter_cases, load_case  # noqa: E402
+from pldr_ref.harness.engine_mutants import ENGINE_MUTATIONS, jax_mutant_classes  # noqa: E402
+from pldr_ref.harness.validate import FAILING_STATUSES, validate, validate_case  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def suite():
+    return list(iter_cases(DEFAULT_GOLDEN_DIR))
+
+
+def check_suite(results) -> collections.Counter:
+    counts = collections.Counter(r.status for r in results)
+    bad = [f"{r.dtype} {r.case}: {r.status} {r.reason}" for r in results if r.status in FAILING_STATUSES]
+    assert not bad, "\n".join(bad)
+    assert counts["pass"] >= 40, counts  # forward, layer, op cases and every stage in isolation
+    return counts
+
+
+def test_jax_passes_the_whole_suite_in_float32(suite):
+    counts = check_suite(validate(JaxBackend(), suite, ["float32"]))
+    assert counts["unsupported"] > 0  # cached generation, scoring, emulation switches: declared, not run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16", "float16"])
+def test_jax_passes_the_whole_suite(suite, dtype):
+    check_suite(validate(JaxBackend(), suite, [dtype]))
+
+
+JAX_MUTATIONS = [m for m in ENGINE_MUTATIONS if m.engine == "jax"]
+
+
+def test_at_least_five_jax_bugs_per_dtype():
+    for dtype in ("float64", "float32", "bfloat16", "float16"):
+        assert sum(dtype in m.dtypes for m in JAX_MUTATIONS) >= 5, dtype
+
+
+@pytest.mark.parametrize("mutation", JAX_MUTATIONS, ids=lambda m: m.bug)
+def test_jax_bug_is_caught_at_its_stage_eager(mutation):
+    case = load_case(DEFAULT_GOLDEN_DIR / mutation.case)
+    backend = jax_mutant_classes()[mutation.bug](jit=False)
+    for dtype in [d for d in ("float32", "bfloat16") if d in mutation.dtypes]:
+        r = validate_case(backend, case, dtype)
+        assert r.status == "fail", (dtype, r.status, r.reason)
+        assert r.first_failure["stage"] == mutation.expected_stage, (dtype, r.first_failure)
+    control = validate_case(JaxBackend(jit=False), case, "float32")
+    assert control.status == "pass", control.reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutation", JAX_MUTATIONS, ids=lambda m: m.bug)
+def test_jax_bug_is_caught_at_its_stage_jitted(mutation):
+    case = load_case(DEFAULT_GOLDEN_DIR / mutation.case)
+    backend = jax_mutant_classes()[mutation.bug]()
+    for dtype in mutation.dtypes:
+        r = validate_case(backend, case, dtype)
+        assert r.status == "fail" and r.first_failure["stage"] == mutation.expected_stage, (dtype, r.first_failure)
+
+
+def test_eager_and_jitted_agree_in_float32():
+    case = load_case(DEFAULT_GOLDEN_DIR / "model/tiny_exact")
+    a = JaxBackend().run_case(case, "float32")
+    b = JaxBackend(jit=False).run_case(case, "float32")
+    assert a.keys() == b.keys()
+    worst = max(float(abs(a[k] - b[k]).max()) for k in a)
+    assert worst < 1e-4  # the same float32 math; XLA may fuse differently
+
+
+def test_params_and_activations_are_held_in_the_dtype():
+    case = load_case(DEFAULT_GOLDEN_DIR / "model/tiny_exact")
+    backend = JaxBackend(jit=False)
+    P = backend.params(case.params, "bfloat16")
+    assert {str(v.dtype) for v in P.values()} == {"bfloat16"}
+    out = backend._forward(P, case.inputs["token_ids"], 0, None, c=case.params.config, dt="bfloat16",
+                           pad_masking=True)
+    assert str(out["layers.0.q"].dtype) == "bfloat16"
+    assert str(out["layers.0.A_LM"].dtype) == "float32"  # the PLGA powers stay in the float32 work dtype
+    assert str(out["logits"].dtype) == "bfloat16"
