@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pldr_ref.export import cli as onnx_cli
-from pldr_ref.harness.protocol import DTYPES
+from pldr_ref.harness.protocol import DTYPES, load_backend
 
 #: Suite name meaning "the committed golden/ folder".
 DEFAULT_SUITE = "default"
