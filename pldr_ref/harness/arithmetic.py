@@ -384,10 +384,12 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def attention_weights(logits: np.ndarray, mask: np.ndarray | None, *, precision: str = "float64",
-                      masked_row: str = "arithmetic", overwrite_input: bool = False) -> np.ndarray:
-    """E = softmax(logits) in the current arithmetic; fully masked rows as ``masked_row`` says (the reference's
-    rule, :func:`pldr_ref.attention.attention_weights`)."""
-    e = _softmax(logits)
+                      masked_row: str = "arithmetic", overwrite_input: bool = False,
+                      kernel: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """E = softmax(logits) in the current arithmetic (``precision="explicit"``: the user's own float32
+    ``kernel``, as the reference runs it); fully masked rows as ``masked_row`` says (the reference's rule,
+    :func:`pldr_ref.attention.attention_weights`)."""
+    e = kernel(logits) if precision == "explicit" and kernel is not None else _softmax(logits)
     if masked_row == "arithmetic" or mask is None:
         return e
     dead = np.all(mask, axis=-1, keepdims=True)
