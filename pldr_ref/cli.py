@@ -37,6 +37,7 @@ OUTPUT_FLAGS = {
     "prove": {"out": ("--out", "file")},
     "diagnose": {"json": ("--json", "file"), "markdown": ("--markdown", "file"), "out": ("--out", "folder")},
     "golden": {"out": ("--out", "suite")},
+    "export": {"out": ("--out", "file")},
 }
 
 #: The flag names every subcommand uses for the same thing (shown by ``pldr-ref --help``).

@@ -121,6 +121,11 @@ FAILURES = [
     ("diagnose model --preset nope", "unknown preset"),
     ("diagnose model --checkpoint {t}/st_checkpoint.npz --config {t}/tiny.json", "safetensors file"),
     ("diagnose model --checkpoint {t}/missing.safetensors --config {t}/tiny.json", "does not exist"),
+    # export
+    ("export onnx --preset tiny --out {g}/model.onnx", "committed golden suite"),
+    ("export onnx --preset tiny --out {t}/MISSING/model.onnx", "does not exist"),
+    ("export onnx --preset nope --out {t}/model.onnx", "nope"),
+    ("export onnx --case op/no-such-case --out {t}/model.onnx", "no-such-case"),
 ]
 
 
