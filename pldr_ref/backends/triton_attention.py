@@ -165,6 +165,7 @@ def plga_attention_kernel(q_ptr, g_ptr, k_ptr, v_ptr, mask_ptr, scores_ptr, e_pt
                     s = tl.where(mk, float("-inf"), s)
                 else:
                     s = tl.where(mk, s + mask_const, s)
+            s = tl.where(col_ok[None, :], s, float("-inf"))  # keys past T: exp gives 0, never overflows
             e = tl.where(l_i[:, None] > 0, tl.exp(s - m_fin[:, None]) / l_safe[:, None], 0.0)
             tl.store(e_ptr + bh * S * T + tile, e.to(e_ptr.dtype.element_ty), mask=ok)
 
