@@ -27,10 +27,6 @@ from pldr_ref.harness.validate import FAILING_STATUSES, validate, validate_case 
 SMALL_CASES = ("model/tiny_exact", "model/tiny_left_pad_finfo_min", "layer/tiny_l1_mask_additive",
                "model/tiny_identity_g_short")
 
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not __import__("torch").cuda
-                                .is_available(), reason="no GPU and TRITON_INTERPRET is not 1")
-
-
 @pytest.fixture(scope="module")
 def backend():
     return TritonAttentionBackend()

@@ -181,10 +181,16 @@ class TritonAttentionBackend(TorchBackend):
     def __init__(self, device: str | None = None, num_threads: int | None = None) -> None:
         import os
 
+        interpret = os.environ.get("TRITON_INTERPRET") == "1"
         if device is None and not os.environ.get("PLDR_REF_TORCH_DEVICE"):
-            interpret = os.environ.get("TRITON_INTERPRET") == "1"
             device = "cpu" if interpret else "cuda"
         super().__init__(device=device, num_threads=num_threads)
+        if self.device.type == "cpu" and not interpret:
+            raise ValueError("the Triton kernel runs on a GPU, or on the CPU in Triton's interpreter: set "
+                             "TRITON_INTERPRET=1 before starting Python")
+        if self.device.type == "cuda" and not self.torch.cuda.is_available():
+            raise ValueError("no CUDA device for the compiled Triton kernel; set TRITON_INTERPRET=1 to run it on "
+                             "the CPU in Triton's interpreter")
         self.kernel = plga_attention_kernel
         self.block_n = BLOCK_N_INTERPRETED if os.environ.get("TRITON_INTERPRET") == "1" else BLOCK_N_COMPILED
 
