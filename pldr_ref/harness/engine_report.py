@@ -110,7 +110,7 @@ def run_tasks(tasks: list[str], jobs: int, workdir: Path) -> dict[str, Any]:
 
 
 def markdown(runs: dict[tuple[str, str], dict[str, Any]], mutations: list[dict[str, Any]] | None,
-             figure: str | None, command: str) -> str:
+             figure: str | None, command: str, jobs: int = 1) -> str:
     """The report text."""
     from pldr_ref.registry import ALL_STAGES
 
@@ -133,7 +133,9 @@ def markdown(runs: dict[tuple[str, str], dict[str, Any]], mutations: list[dict[s
         "revised (issue 19): the bfloat16 / float16 rows are re-judged when it lands.",
         "",
         f"Machine: {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} CPU(s). "
-        "Run times include compilation (XLA, Triton interpreter) and stage isolation.",
+        "Run times are wall-clock seconds of the whole suite in one dtype, compilation (XLA, Triton's interpreter) "
+        f"and stage isolation included, measured with {jobs} task(s) side by side (`--jobs`) on a machine "
+        "shared with other work: compare rows, not machines.",
         "",
         "## Verdicts",
         "",
@@ -250,9 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         plot(runs, args.figure)
         if args.markdown:
             figure_ref = os.path.relpath(args.figure, Path(args.markdown).parent)
-    shown = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--jobs")]
+    given = list(argv if argv is not None else sys.argv[1:])
+    shown = [a for i, a in enumerate(given) if not a.startswith("--jobs") and (i == 0 or given[i - 1] != "--jobs")]
     command = "python -m pldr_ref.harness.engine_report " + " ".join(shown)
-    text = markdown(runs, mutations, figure_ref, command.strip())
+    text = markdown(runs, mutations, figure_ref, command.strip(), args.jobs)
     if args.markdown:
         Path(args.markdown).write_text(text, encoding="utf-8")
     else:
