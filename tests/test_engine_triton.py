@@ -27,10 +27,6 @@ from pldr_ref.harness.validate import FAILING_STATUSES, validate, validate_case 
 SMALL_CASES = ("model/tiny_exact", "model/tiny_left_pad_finfo_min", "layer/tiny_l1_mask_additive",
                "model/tiny_identity_g_short")
 
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not __import__("torch").cuda
-                                .is_available(), reason="no GPU and TRITON_INTERPRET is not 1")
-
-
 @pytest.fixture(scope="module")
 def backend():
     return TritonAttentionBackend()
@@ -91,3 +87,11 @@ def test_kernel_fault_is_caught_at_its_stage_in_every_dtype(mutation):
     for dtype in mutation.dtypes:
         r = validate_case(backend, case, dtype)
         assert r.status == "fail" and r.first_failure["stage"] == mutation.expected_stage, (dtype, r.first_failure)
+
+
+def test_without_a_gpu_the_backend_asks_for_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.delenv("PLDR_REF_TORCH_DEVICE", raising=False)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        TritonAttentionBackend()

@@ -165,6 +165,7 @@ def plga_attention_kernel(q_ptr, g_ptr, k_ptr, v_ptr, mask_ptr, scores_ptr, e_pt
                     s = tl.where(mk, float("-inf"), s)
                 else:
                     s = tl.where(mk, s + mask_const, s)
+            s = tl.where(col_ok[None, :], s, float("-inf"))  # keys past T: exp gives 0, never overflows
             e = tl.where(l_i[:, None] > 0, tl.exp(s - m_fin[:, None]) / l_safe[:, None], 0.0)
             tl.store(e_ptr + bh * S * T + tile, e.to(e_ptr.dtype.element_ty), mask=ok)
 
@@ -180,10 +181,16 @@ class TritonAttentionBackend(TorchBackend):
     def __init__(self, device: str | None = None, num_threads: int | None = None) -> None:
         import os
 
+        interpret = os.environ.get("TRITON_INTERPRET") == "1"
         if device is None and not os.environ.get("PLDR_REF_TORCH_DEVICE"):
-            interpret = os.environ.get("TRITON_INTERPRET") == "1"
             device = "cpu" if interpret else "cuda"
         super().__init__(device=device, num_threads=num_threads)
+        if self.device.type == "cpu" and not interpret:
+            raise ValueError("the Triton kernel runs on a GPU, or on the CPU in Triton's interpreter: set "
+                             "TRITON_INTERPRET=1 before starting Python")
+        if self.device.type == "cuda" and not self.torch.cuda.is_available():
+            raise ValueError("no CUDA device for the compiled Triton kernel; set TRITON_INTERPRET=1 to run it on "
+                             "the CPU in Triton's interpreter")
         self.kernel = plga_attention_kernel
         self.block_n = BLOCK_N_INTERPRETED if os.environ.get("TRITON_INTERPRET") == "1" else BLOCK_N_COMPILED
 

@@ -306,10 +306,10 @@ class EngineMutation:
     dtypes: tuple[str, ...]
     expected_stage: str
 
-    def build(self) -> Any:
-        """The mutated backend."""
+    def build(self, jax_eager: bool = False) -> Any:
+        """The mutated backend (``jax_eager``: a JAX mutant runs op by op, without jit compilation)."""
         if self.engine == "jax":
-            return jax_mutant_classes()[self.bug]()
+            return jax_mutant_classes()[self.bug](jit=not jax_eager)
         if self.engine == "onnx":
             return onnx_mutant(self.bug)
         if self.engine == "triton":
@@ -393,8 +393,10 @@ class EngineOutcome:
 
 
 def run_engine_mutations(engines: tuple[str, ...] = ENGINES, dtypes: tuple[str, ...] | None = None,
-                         root: Any = None) -> list[EngineOutcome]:
-    """Validate every mutation of ``engines`` on its case in each of its dtypes (those in ``dtypes``)."""
+                         root: Any = None, bugs: tuple[str, ...] | None = None,
+                         jax_eager: bool = False) -> list[EngineOutcome]:
+    """Validate every mutation of ``engines`` (only ``bugs`` if given) on its case in each of its dtypes (those
+    in ``dtypes``); ``jax_eager``: JAX mutants without jit (same jnp code, no compilation)."""
     from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
     from pldr_ref.harness.validate import validate_case
 
@@ -402,11 +404,11 @@ def run_engine_mutations(engines: tuple[str, ...] = ENGINES, dtypes: tuple[str, 
     cases: dict[str, Any] = {}
     out = []
     for m in ENGINE_MUTATIONS:
-        if m.engine not in engines:
+        if m.engine not in engines or (bugs is not None and m.bug not in bugs):
             continue
         if m.case not in cases:
             cases[m.case] = load_case(base / m.case)
-        backend = m.build()
+        backend = m.build(jax_eager)
         for dt in m.dtypes:
             if dtypes is not None and dt not in dtypes:
                 continue

@@ -52,7 +52,7 @@ def stage_margins(results: list[Any]) -> dict[str, tuple[float, str]]:
 
 
 def run_engine(spec: str, dtype: str, cases: list[Any]) -> dict[str, Any]:
-    """Validate one engine in one dtype; counts, margins, seconds (or the reason it could not run)."""
+    """Validate one engine in one dtype: {"counts", "margins", "seconds"} (JSON-able), or {"skipped": reason}."""
     from pldr_ref.harness.protocol import load_backend
     from pldr_ref.harness.validate import validate
 
@@ -63,12 +63,54 @@ def run_engine(spec: str, dtype: str, cases: list[Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     results = validate(backend, cases, [dtype])
     seconds = time.perf_counter() - t0
-    return {"counts": collections.Counter(r.status for r in results), "margins": stage_margins(results),
-            "seconds": seconds}
+    return {"counts": dict(collections.Counter(r.status for r in results)),
+            "margins": {k: list(v) for k, v in stage_margins(results).items()}, "seconds": seconds}
 
 
-def markdown(runs: dict[tuple[str, str], dict[str, Any]], mutations: list[Any] | None, figure: str | None,
-             command: str) -> str:
+def run_mutations(engine: str, bug: str) -> list[dict[str, Any]]:
+    """One injected bug of ``engine`` in each of its dtypes, as JSON-able rows (JAX mutants run eagerly: the same
+    jnp code without a compilation per mutant; ``tests/test_engine_jax.py -m slow`` runs them jitted)."""
+    from pldr_ref.harness.engine_mutants import run_engine_mutations
+
+    return [{"engine": o.mutation.engine, "bug": o.mutation.bug, "description": o.mutation.description,
+             "case": o.mutation.case, "dtype": o.dtype, "expected_stage": o.mutation.expected_stage,
+             "status": o.status, "stage": o.stage, "found_by": o.found_by, "ok": o.ok}
+            for o in run_engine_mutations((engine,), bugs=(bug,), jax_eager=True)]
+
+
+def run_task(task: str) -> Any:
+    """One unit of work: ``run:ENGINE:DTYPE`` (the suite) or ``mutants:ENGINE:BUG`` (one injected bug)."""
+    from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, iter_cases
+
+    kind, engine, *rest = task.split(":")
+    if kind == "mutants":
+        return run_mutations(engine, rest[0])
+    spec = {e: sp for e, sp, _ in ENGINE_RUNS}[engine]
+    return run_engine(spec, rest[0], list(iter_cases(DEFAULT_GOLDEN_DIR)))
+
+
+def run_tasks(tasks: list[str], jobs: int, workdir: Path) -> dict[str, Any]:
+    """Run each task in its own process (``jobs`` at a time: XLA compilation and Triton's interpreter are
+    single-threaded, so engines run side by side); {task: result}."""
+    import concurrent.futures
+    import json
+    import subprocess
+
+    def one(i: int, task: str) -> tuple[str, Any]:
+        out = workdir / f"task{i}.json"
+        cmd = [sys.executable, "-m", "pldr_ref.harness.engine_report", "--task", task, "--task-out", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            return task, {"skipped": f"task failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}"}
+        print(f"done {task}", file=sys.stderr, flush=True)
+        return task, json.loads(out.read_text(encoding="utf-8"))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return dict(pool.map(lambda it: one(*it), enumerate(tasks)))
+
+
+def markdown(runs: dict[tuple[str, str], dict[str, Any]], mutations: list[dict[str, Any]] | None,
+             figure: str | None, command: str, jobs: int = 1) -> str:
     """The report text."""
     from pldr_ref.registry import ALL_STAGES
 
@@ -91,7 +133,9 @@ def markdown(runs: dict[tuple[str, str], dict[str, Any]], mutations: list[Any] |
         "revised (issue 19): the bfloat16 / float16 rows are re-judged when it lands.",
         "",
         f"Machine: {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} CPU(s). "
-        "Run times include compilation (XLA, Triton interpreter) and stage isolation.",
+        "Run times are wall-clock seconds of the whole suite in one dtype, compilation (XLA, Triton's interpreter) "
+        f"and stage isolation included, measured with {jobs} task(s) side by side (`--jobs`) on a machine "
+        "shared with other work: compare rows, not machines.",
         "",
         "## Verdicts",
         "",
@@ -128,10 +172,10 @@ def markdown(runs: dict[tuple[str, str], dict[str, Any]], mutations: list[Any] |
                   "| engine | bug | case | dtype | expected stage | verdict | stage named (found by) | ok |",
                   "|---|---|---|---|---|---|---|---|"]
         for o in mutations:
-            m = o.mutation
-            lines.append(f"| {m.engine} | `{m.bug}`: {m.description} | {m.case} | {o.dtype} | {m.expected_stage} | "
-                         f"{o.status} | {o.stage} ({o.found_by}) | {'ok' if o.ok else '**NO**'} |")
-        per = collections.Counter((o.mutation.engine, o.dtype) for o in mutations if o.ok)
+            lines.append(f"| {o['engine']} | `{o['bug']}`: {o['description']} | {o['case']} | {o['dtype']} | "
+                         f"{o['expected_stage']} | {o['status']} | {o['stage']} ({o['found_by']}) | "
+                         f"{'ok' if o['ok'] else '**NO**'} |")
+        per = collections.Counter((o["engine"], o["dtype"]) for o in mutations if o["ok"])
         lines += ["", "Bugs caught at their stage, per engine and dtype: "
                   + ", ".join(f"{e} {d}: {n}" for (e, d), n in sorted(per.items())) + "."]
     return "\n".join(lines) + "\n"
@@ -169,38 +213,49 @@ def plot(runs: dict[tuple[str, str], dict[str, Any]], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run every engine x dtype (and the injected bugs) and write the report."""
+    import json
+    import tempfile
+
     p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.engine_report", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--markdown", default=None, metavar="OUT.md", help="write the report here (default: stdout)")
     p.add_argument("--figure", default=None, metavar="OUT.png", help="write the margins figure here")
     p.add_argument("--engines", default="jax,onnx,triton,torch", help="comma-separated engines to run")
     p.add_argument("--no-mutations", action="store_true", help="skip the injected-bug table")
+    p.add_argument("--jobs", type=int, default=8, help="tasks run side by side (processes; default 8)")
+    p.add_argument("--task", default=None, help=argparse.SUPPRESS)  # one unit of work, run by a worker process
+    p.add_argument("--task-out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (inherited by the workers)
     os.environ.setdefault("PLDR_REF_TORCH_THREADS", "1")
-    from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, iter_cases
-
+    if args.task:
+        Path(args.task_out).write_text(json.dumps(run_task(args.task)), encoding="utf-8")
+        return 0
     wanted = args.engines.split(",")
-    cases = list(iter_cases(DEFAULT_GOLDEN_DIR))
-    runs: dict[tuple[str, str], dict[str, Any]] = {}
-    for engine, spec, dtypes in ENGINE_RUNS:
-        if engine not in wanted:
-            continue
-        for dtype in dtypes:
-            runs[(engine, dtype)] = run_engine(spec, dtype, cases)
-            print(f"{engine} {dtype}: {dict(runs[(engine, dtype)].get('counts', {}))}", file=sys.stderr, flush=True)
+    order = [(engine, dtype) for engine, _, dtypes in ENGINE_RUNS if engine in wanted for dtype in dtypes]
+    from pldr_ref.harness.engine_mutants import ENGINE_MUTATIONS
+
+    bugs = [] if args.no_mutations else [f"mutants:{m.engine}:{m.bug}" for m in ENGINE_MUTATIONS if m.engine in wanted]
+    tasks = [f"run:{e}:{d}" for e, d in order] + bugs
+    with tempfile.TemporaryDirectory() as tmp:
+        done = run_tasks(tasks, args.jobs, Path(tmp))
+    runs = {(e, d): done[f"run:{e}:{d}"] for e, d in order}
     mutations = None
     if not args.no_mutations:
-        from pldr_ref.harness.engine_mutants import run_engine_mutations
-
-        mutations = run_engine_mutations(tuple(wanted))
+        mutations = [row for t in bugs for row in (done[t] if isinstance(done[t], list) else
+                                                    [{"engine": t.split(":")[1], "bug": t.split(":")[2],
+                                                      "description": done[t]["skipped"], "case": "-", "dtype": "-",
+                                                      "expected_stage": "-", "status": "not run", "stage": None,
+                                                      "found_by": None, "ok": False}])]
     figure_ref = None
     if args.figure:
         plot(runs, args.figure)
         if args.markdown:
             figure_ref = os.path.relpath(args.figure, Path(args.markdown).parent)
-    command = "python -m pldr_ref.harness.engine_report " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = markdown(runs, mutations, figure_ref, command.strip())
+    given = list(argv if argv is not None else sys.argv[1:])
+    shown = [a for i, a in enumerate(given) if not a.startswith("--jobs") and (i == 0 or given[i - 1] != "--jobs")]
+    command = "python -m pldr_ref.harness.engine_report " + " ".join(shown)
+    text = markdown(runs, mutations, figure_ref, command.strip(), args.jobs)
     if args.markdown:
         Path(args.markdown).write_text(text, encoding="utf-8")
     else:
