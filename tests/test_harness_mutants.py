@@ -97,9 +97,9 @@ CACHE_16BIT_STAGES = {"NoScaleMutant": "attention_scores", "TransposedGMutant": 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_sixteen_bit_cache_runs_name_the_first_wrong_stage(dtype):
-    """Cache cases have no isolated stages: the first failing output in forward order names the stage.  An
-    intermediate that the dtype cannot judge is still held to its own (wide) allowance, so a wrong score is named
-    at attention_scores, not at the first judgeable stage after it (issue 19: post_attention_norm was named)."""
+    """Cache cases have no isolated stages: the first failing output in forward order names the stage -- or an
+    earlier not-judgeable output outside even its own wide allowance, so a wrong score is named at
+    attention_scores, not at the first judgeable stage after it (issue 19: post_attention_norm was named)."""
     from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
     from pldr_ref.harness import mutants
     from pldr_ref.harness.validate import validate_case
