@@ -54,9 +54,11 @@ K_SQRT = 2.0
 K_MIN = 8.0
 #: Floor of the max test: FLOOR_UNITS unit roundoffs of the dtype times max|golden| (one ulp of the scale).
 FLOOR_UNITS = 2.0
-#: Relative RMS test: allowance = K_RMS x max(naive relative RMS error, u) (float32: x sqrt(n) / K_SQRT ... see
-#: :func:`rms_factor`).
-K_RMS = 4.0
+#: Relative RMS test: allowance = K_RMS x max(median relative RMS error of the ensemble, u).  The members themselves
+#: span up to 4.6 x their median (``cache/tiny_g`` float16 A_P: float32-accumulating members 0.012,
+#: dtype-accumulating ones 0.054) and the bundled torch backend measured 5.4 x the median there; rounded up to a
+#: power of two.
+K_RMS = 8.0
 #: Offset and gain tests: allowance = K_BIAS x (|naive value| + rho / sqrt(N)) + BIAS_FLOOR x rho,
 #: rho = max(naive relative RMS, u).
 K_BIAS = 8.0
