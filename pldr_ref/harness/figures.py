@@ -4,8 +4,9 @@
 
 For every model and layer case of the suite, the relative RMS error of its primary output (the logits, a layer's
 ``out2``) in that dtype: the calibration ensemble's median (grey dot; every member with ``--members``), the
-allowance derived from it (black bar; grey where the output is not judgeable), the battery backends outside the ensemble (blue), and wrong backends -- mutants
-of the torch backend whose bug changes the primary output, all-zero logits and 3 % noise (red).  A correct
+allowance derived from it (black bar; grey where the output is not judgeable), the battery backends outside the
+ensemble (blue), and wrong backends -- mutants of the torch backend, all-zero logits and 3 % noise (red; a red
+cross below the bar is a mutant whose bug does not touch that case, e.g. a mask bug on a one-row case).  A correct
 backend sits below the bar, a wrong one above it; the gaps are the margins.  Needs matplotlib.
 """
 
@@ -45,7 +46,7 @@ def collect(cases: list[Any], dtype: str, *, with_torch: bool = True, members: b
     from pldr_ref.harness import mutants
     from pldr_ref.harness.battery import BATTERY_ARITHMETIC, EmulatedBackend
     from pldr_ref.harness.calibration import case_runs
-    from pldr_ref.harness.tolerance import case_baselines, naive_stats
+    from pldr_ref.harness.tolerance import case_baselines, naive_stats, output_allowance
     from pldr_ref.harness.validate import validate_case
     from pldr_ref.harness.verdict_power import NoisyLogits, ZeroLogits
 
@@ -71,11 +72,10 @@ def collect(cases: list[Any], dtype: str, *, with_torch: bool = True, members: b
             st = (stats or {}).get(name)
             member_err = [] if st is None or isinstance(st, str) else [st.rms_rel]
         ok = [validate_case(b, case, dtype, isolate=False) for b in correct]
-        allowance, judged = None, False
-        for r in ok:
-            for o in r.outputs:
-                if o.name == name and o.allowance is not None and o.allowance.rms is not None:
-                    allowance, judged = o.allowance.rms, o.allowance.judged
+        stats, source = case_baselines(case, dtype)
+        base = (stats or {}).get(name, source if stats is None else "no ensemble run")
+        allow = output_allowance(case, name, dtype, np.asarray(case.outputs[name]), base)
+        allowance, judged = allow.rms, allow.judged
         bad = [validate_case(b, case, dtype, isolate=False) for b in wrong
                if case.kind == "forward" or not isinstance(b, ZeroLogits)]
         rows.append({"case": case.name, "members": member_err, "allowance": allowance, "judged": judged,
