@@ -2,8 +2,8 @@
 and a verdict per case and dtype.
 
 Case status: ``pass`` (every judged output and isolated stage within its allowance, and every primary output
-judged), ``fail`` (an output or a stage outside it -- a not-judgeable output outside even its own wide allowance
-included -- or a required output missing), ``not_judgeable`` ("not covered": a primary output's allowance would
+judged), ``fail`` (a judged output or a stage outside it, a NaN / inf where the golden value is finite, or a
+required output missing), ``not_judgeable`` ("not covered": a primary output's allowance would
 exceed the stated fraction of its scale in this dtype, so the dtype cannot tell a right backend from a wrong one
 there; never a pass, never covered by isolated stages, and not a failure of the run), ``unsupported`` (the
 backend declares it cannot run the case in that dtype, or raised :class:`Unsupported`), ``error`` (the backend
@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.harness.localize import (
+    OUTSIDE_WIDE,
     OutputResult,
     StageResult,
     first_failing_stage,
@@ -179,11 +180,10 @@ def _layer_of(name: str) -> int | None:
 
 
 def case_status(outputs: Iterable[OutputResult], stages: Iterable[StageResult], primary: Iterable[str]) -> str:
-    """fail if any output or isolated stage fails (a not-judgeable output fails when it is outside even its own
-    allowance); else not_judgeable ("not covered") if a primary output (the logits of every call, the layer output,
-    a score) could not be judged -- never a pass, whatever the isolated stages say, and not a failure either: the
-    dtype cannot tell a right backend from a wrong one there; else pass if a primary output was judged and passed;
-    else not_applicable."""
+    """fail if any output or isolated stage fails; else not_judgeable ("not covered") if a primary output (the
+    logits of every call, the layer output, a score) could not be judged -- never a pass, whatever the isolated
+    stages say, and not a failure either: the dtype cannot tell a right backend from a wrong one there; else pass
+    if a primary output was judged and passed; else not_applicable."""
     outputs = list(outputs)
     stages = list(stages)
     wanted = set(primary)
@@ -213,9 +213,17 @@ def describe_first_failure(outputs: list[OutputResult], stages: list[StageResult
         note = st.note or ("" if bad is None else bad.note)
         return {"stage": st.stage, "layer": st.layer, "output": None if bad is None else bad.name,
                 "found_by": "isolation", "note": note}
+    # the first failing output in forward order -- or, before it, a not-judgeable one outside even its own wide
+    # allowance (in a failing case, where the wrong values start: a wrong score in a 16-bit cached run)
     bad = next((o for o in outputs if o.status in ("fail", "missing")), None)
     if bad is None:
         return None
+    for o in outputs:
+        if o is bad:
+            break
+        if o.status == "not_judgeable" and OUTSIDE_WIDE in o.note:
+            bad = o
+            break
     layer = _layer_of(bad.name)
     note = bad.note
     for i, s in enumerate(stages):
