@@ -41,7 +41,12 @@ def test_golden_cases_span_several_key_tiles():
 def test_small_cases_pass(backend, dtype):
     cases = [load_case(DEFAULT_GOLDEN_DIR / n) for n in SMALL_CASES]
     results = validate(backend, cases, [dtype])
-    assert [r.status for r in results] == ["pass"] * len(cases), [(r.case, r.status, r.reason) for r in results]
+    seen = [(r.case, r.status, r.reason) for r in results]
+    # every case passes, except that a 16-bit run may leave an output the dtype cannot resolve end to end "not
+    # covered" (never a pass, never a failure: docs/tolerances.md); at least one case is judged and passes
+    assert all(st == "pass" or (dtype != "float32" and st == "not_judgeable" and why.startswith("not covered"))
+               for _, st, why in seen), seen
+    assert any(st == "pass" for _, st, _ in seen), seen
 
 
 def test_kernel_matches_unfused_torch_attention_in_float64(backend):
