@@ -115,6 +115,8 @@ SWITCH_MUTATIONS: tuple[SwitchMutation, ...] = (
                    "per-row position_ids ignored: every row at 0..S-1"),
     SwitchMutation("hf-generate-positions-ignored", "mode", "hf", "switch_hf_generate_left_padded",
                    "HF generate's per-row positions ignored: left-padded rows rotated at the sequence index"),
+    SwitchMutation("hf-generate-4x-positions-for-5x", "mode", "hf-generate-4.x", "switch_hf_generate_left_padded_5x",
+                   "transformers 4.x's left-pad positions (pads at 1) where 5.x puts them at 0"),
 )
 
 
