@@ -94,3 +94,18 @@ def test_params_and_activations_are_held_in_the_dtype():
     assert str(out["layers.0.q"].dtype) == "bfloat16"
     assert str(out["layers.0.A_LM"].dtype) == "float32"  # the PLGA powers stay in the float32 work dtype
     assert str(out["logits"].dtype) == "bfloat16"
+
+
+def test_issue_command_through_the_alias_exits_0_in_bfloat16(tmp_path):
+    """The acceptance command's spelling (``pldr_ref.backends.jax:JaxBackend``) through the CLI, on the long-row
+    and real-width kernel cases (the whole suite is the test above and the ``-m slow`` one)."""
+    from pldr_ref.cli import main
+
+    out = tmp_path / "r.json"
+    argv = ["validate", "--backend", "pldr_ref.backends.jax:JaxBackend", "--dtype", "bfloat16", "--group", "model",
+            "-k", "rows_s128|real_width", "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    import json
+
+    statuses = [r["status"] for r in json.loads(out.read_text())["results"]]
+    assert statuses and "pass" in statuses and "fail" not in statuses, statuses
