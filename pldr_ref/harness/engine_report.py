@@ -226,6 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", default=None, help=argparse.SUPPRESS)  # one unit of work, run by a worker process
     p.add_argument("--task-out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.figure:  # fail before the long run, not after it
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            p.error("--figure needs matplotlib (pip install 'pldr-ref[plots]')")
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (inherited by the workers)
     os.environ.setdefault("PLDR_REF_TORCH_THREADS", "1")
     if args.task:
