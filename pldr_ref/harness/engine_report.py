@@ -129,8 +129,9 @@ def markdown(runs: dict[tuple[str, str], dict[str, Any]], mutations: list[dict[s
         "",
         "Unsupported cases are the kinds and switches an engine declares it does not implement (cached "
         "generation, scoring and the issue-12 emulation switches for jax; everything but forward cases for "
-        "onnx), reported with the reason, never skipped silently. The low-precision verdict logic is being "
-        "revised (issue 19): the bfloat16 / float16 rows are re-judged when it lands.",
+        "onnx), reported with the reason, never skipped silently. not_judgeable is \"not covered\": an output the "
+        "dtype cannot resolve end to end, never a pass and never a failure (`docs/tolerances.md`); every row with "
+        "0 fail and 0 error exits 0.",
         "",
         f"Machine: {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} CPU(s). "
         "Run times are wall-clock seconds of the whole suite in one dtype, compilation (XLA, Triton's interpreter) "
