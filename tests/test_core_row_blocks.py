@@ -374,3 +374,52 @@ def test_layer_transforming_hook_sees_every_stage_and_the_masked_logits_per_bloc
     assert list(dict.fromkeys(n for n in seen if n != "masked_logits")) == [n for n, _ in t.items()]
     for (name, a), (_, b) in zip(t.items(), plain.items(), strict=True):
         np.testing.assert_array_equal(bits(a), bits(b), err_msg=name)
+
+
+def test_forward_names_a_non_finite_score_and_stops_there(tiny_blocks) -> None:
+    cfg = small_config()
+    params = model_params(cfg, 0)
+    ids = token_ids(cfg, 1, 6, 0)
+    key = "decoder.dec_layers.1.mha1.wk.weight"
+    bad = params.replace(**{key: np.full(params[key].shape, 1e308)})  # K overflows in layer 1 only
+    for keep_trace in (True, False):
+        with pytest.raises(FloatingPointError, match=r"stage 'layers\.1\.k' produced"):
+            forward(bad, ids, keep_trace=keep_trace)
+    ext = small_config(g_mode="external", metric_learner="none")
+    p_ext = model_params(ext, 0)
+    g = np.array(p_ext[FIXED_G_KEY])
+    g[0, 2, 0] = 1e308 * np.eye(ext.d_k)  # a finite G_LM whose product with Q overflows: the scores are inf
+    messages = []
+    for keep_trace in (True, False):
+        with warnings.catch_warnings():
+            # the worker threads run under the forward's errstate: no RuntimeWarning
+            warnings.simplefilter("error")
+            with pytest.raises(FloatingPointError, match=r"stage 'layers\.0\.scores' produced") as err:
+                forward(p_ext.replace(**{FIXED_G_KEY: g}), ids, keep_trace=keep_trace)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]  # in place (keep_trace=False) the counts are still those of all the scores
+
+
+# ------------------------------------------------------------------ whole model: blocked == unblocked
+def test_forward_and_cached_steps_are_bitwise_independent_of_blocking(monkeypatch) -> None:
+    cfg = small_config()
+    params = model_params(cfg, 0)
+    ids = token_ids(cfg, 2, 7, 0)
+    ids[0, :2] = cfg.pad_id
+
+    def run():
+        full = forward(params, ids).flat()
+        light = forward(params, ids, keep_trace=False).logits
+        step = cached_forward(params, ids[:, :4])
+        nxt = cached_forward(params, ids[:, 4:], kv_cache=step.kv_cache, g_cache=step.g_cache)
+        return {**full, "light": light, "step": nxt.output.logits}
+
+    want = run()
+    monkeypatch.setattr(rb, "BLOCK_BYTES", 1)
+    monkeypatch.setattr(rb, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setenv("PLDR_REF_THREADS", "2")
+    got = run()
+    assert got.keys() == want.keys()
+    for k in want:
+        np.testing.assert_array_equal(bits(got[k]), bits(want[k]), err_msg=k)
+    np.testing.assert_array_equal(bits(want["light"]), bits(want["logits"]))  # the workspace path: same bits
