@@ -41,10 +41,11 @@ class Stage:
     names it produces (per layer unless ``per_layer`` is False); equation: the math; paper: section/equation;
     lean: Lean file(s) whose lemmas constrain it; inputs: the golden upstream values an isolated run of
     the stage is guaranteed to receive (``mask``, ``positions`` and ``gram_offset`` are added when the case
-    has them); body: the float64 function that computes the stage, the one :func:`pldr_ref.layer.decoder_layer`
-    (or :func:`pldr_ref.model.depth_pass`) calls too.  A body's parameters are named after what it reads:
-    :data:`BODY_ROLES` (``params``, ``lp``, ``config``) and the names of its inputs (optional ones have defaults);
-    it returns its outputs, in ``outputs`` order.  A body is never a primitive that
+    has them); enabled_by: the (config field, values) under which the stage runs (empty: always; e.g. the PLGA
+    stages need ``g_mode="learned"``); body: the float64 function that computes the stage, the one
+    :func:`pldr_ref.layer.decoder_layer` (or :func:`pldr_ref.model.depth_pass`) calls too.  A body's parameters
+    are named after what it reads: :data:`BODY_ROLES` (``params``, ``lp``, ``config``) and the names of its inputs
+    (optional ones have defaults); it returns its outputs, in ``outputs`` order.  A body is never a primitive that
     :func:`pldr_ref.harness.arithmetic.emulating` swaps: it calls those through its module's names.
     """
 
@@ -57,6 +58,11 @@ class Stage:
     per_layer: bool = True
     inputs: tuple[str, ...] = ()
     body: Callable[..., object] | None = None
+    enabled_by: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def enabled(self, config: PLDRConfig) -> bool:
+        """Whether ``config`` runs this stage: every (field, values) of ``enabled_by`` holds (empty: always)."""
+        return all(getattr(config, field) in values for field, values in self.enabled_by)
 
     @functools.cached_property
     def body_inputs(self) -> tuple[tuple[str, bool], ...]:
@@ -100,6 +106,9 @@ STRUCTURE_STAGES: tuple[Stage, ...] = (
           per_layer=False, inputs=("token_ids",), body=model.positions_and_mask),
 )
 
+#: The PLGA stages run only with learned G (their parameters exist only then).
+_LEARNED_G = (("g_mode", ("learned",)),)
+
 #: The numeric stages in forward order.
 FORWARD_STAGES: tuple[Stage, ...] = (
     Stage("embedding", model.embed, ("embed",), "X0 = E[x] * sqrt(d)", "spec §2.1", per_layer=False,
@@ -113,13 +122,14 @@ FORWARD_STAGES: tuple[Stage, ...] = (
     Stage("density_operator", density.density_operator, ("A0",), "A0 = Q~^T Q~", "eq. 3.2",
           "DensityOperator", inputs=("q_rot",), body=layer.gram),
     Stage("metric_learner", metric_learner.metric_learner, ("A",), "A = Res_R(...Res_1(LN(A0)))",
-          "eq. 3.3, Prop. 3.11", "LayerNorm, Contraction", inputs=("A0",), body=layer.learned_metric),
+          "eq. 3.3, Prop. 3.11", "LayerNorm, Contraction", inputs=("A0",), body=layer.learned_metric,
+          enabled_by=(("metric_learner", ("v500", "v900")),)),
     Stage("metric_tensor", plga.metric_tensor, ("A_LM",), "A_LM = iSwiGLU(W A + b) + eps_adj", "eq. 3.4, Prop. 3.7",
-          "ISwiGLU, HadamardPower", inputs=("A",), body=layer.adjacency),
+          "ISwiGLU, HadamardPower", inputs=("A",), body=layer.adjacency, enabled_by=_LEARNED_G),
     Stage("potential_tensor", plga.potential_tensor, ("A_P",), "A_P = A_LM^(o P)", "eq. 3.5", "HadamardPower",
-          inputs=("A_LM",), body=layer.potential),
+          inputs=("A_LM",), body=layer.potential, enabled_by=_LEARNED_G),
     Stage("energy_curvature", plga.energy_curvature, ("G_LM",), "G_LM = a A_P + b_a", "eq. 3.6", "RankOne",
-          inputs=("A_P",), body=layer.curvature),
+          inputs=("A_P",), body=layer.curvature, enabled_by=_LEARNED_G),
     Stage("attention_scores", attention.attention_scores, ("scores",), "Sc = Q~ G_LM K~^T / sqrt(d_k)", "eq. 3.7",
           "RoPE (commutant)", inputs=("q_rot", "G_LM", "k_rot"), body=layer.scaled_scores),
     Stage("masked_softmax", attention.masked_softmax, ("E",), "E = softmax_j(Sc + mask)", "eq. 3.8", "Softmax",

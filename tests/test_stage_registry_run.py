@@ -31,8 +31,10 @@ def chain_layer(stages: tuple[Stage, ...], params, li: int, config, x: np.ndarra
                 mask: np.ndarray | None = None, past_k: np.ndarray | None = None, past_v: np.ndarray | None = None,
                 frozen_A: np.ndarray | None = None, frozen_G: tuple | None = None,
                 gram_offset: np.ndarray | None = None, rope_table: RopeTable | None = None) -> dict[str, np.ndarray]:
-    """The layer as the registry's per-layer stages run one after another on each other's outputs (never on the
-    layer's trace), the cache hooks substituting what they replace (spec §8)."""
+    """The layer as the registry's per-layer stages that ``config`` enables (``Stage.enabled``) run one after
+    another on each other's outputs (never on the layer's trace), the cache hooks substituting what they replace
+    (spec §8): the KV cache's keys and values are prepended, its frozen A replaces A0 and the metric learner, a G
+    cache replaces PLGA, and without PLGA parameters G is the fixed operator."""
     vals: dict = {"x": x, "positions": positions}
     extra = {"mask": mask, "gram_offset": gram_offset, "rope_table": rope_table}
     vals.update({k: v for k, v in extra.items() if v is not None})
@@ -42,15 +44,15 @@ def chain_layer(stages: tuple[Stage, ...], params, li: int, config, x: np.ndarra
         if st.name == "density_operator" and (frozen_A is not None or (frozen_G is not None
                                                                        and config.metric_learner == "none")):
             continue
-        if st.name == "metric_learner" and (frozen_A is not None or config.metric_learner == "none"):
-            if frozen_A is not None:
-                vals["A"] = frozen_A
+        if st.name == "metric_learner" and frozen_A is not None:
+            vals["A"] = frozen_A
             continue
-        if st.name in plga and (frozen_G is not None or lp.plga is None):
-            if frozen_G is not None:
-                vals.update({n: a for n, a in zip(("A_LM", "A_P", "G_LM"), frozen_G, strict=True) if a is not None})
-            else:
-                vals["G_LM"] = np.broadcast_to(lp.g_fixed, (x.shape[0], *lp.g_fixed.shape))
+        if st.name in plga and frozen_G is not None:
+            vals.update({n: a for n, a in zip(("A_LM", "A_P", "G_LM"), frozen_G, strict=True) if a is not None})
+            continue
+        if st.name == "energy_curvature" and not st.enabled(config):
+            vals["G_LM"] = np.broadcast_to(lp.g_fixed, (x.shape[0], *lp.g_fixed.shape))
+        if not st.enabled(config):
             continue
         vals.update(st.run(params, li, config, vals))
         if st.name == "qkv_projection" and past_v is not None:
@@ -62,8 +64,8 @@ def chain_layer(stages: tuple[Stage, ...], params, li: int, config, x: np.ndarra
 
 def assert_layer_is_chain(stages, params, config, x, **kw) -> None:
     trace = decoder_layer(params.layer(0), x, config, **kw)
-    chained = chain_layer(stages, params, 0, config, x, **kw)
     names = [n for n, _ in trace.items()]
+    chained = chain_layer(stages, params, 0, config, x, **kw)
     assert set(names) <= set(chained), f"the chain lacks {set(names) - set(chained)}"
     for name, arr in trace.items():
         np.testing.assert_array_equal(bits(chained[name]), bits(arr), err_msg=f"{name} differs")
@@ -89,6 +91,8 @@ CONFIGS = {
     "rope_half_f32": {"rope_layout": "half", "rope_precision": "float32"},
     "ideal_mask_f32_softmax": {"mask_mode": "ideal", "softmax_precision": "float32", "masked_row": "zeros"},
     "finfo_reciprocal": {"mask_mode": "finfo_min", "score_scale": "reciprocal"},
+    # every registry stage on (each stage's ``enabled_by`` at its first value): a new optional stage is chained too
+    "every_stage": {f: values[0] for s in ALL_STAGES for f, values in s.enabled_by},
 }
 
 
@@ -187,6 +191,14 @@ def test_negative_control_a_dropped_cache_hook_is_caught() -> None:
 
 
 # ------------------------------------------------------------------ the registry's run functions themselves
+def every_stage_config():
+    """The tiny config with every registry stage enabled (each ``enabled_by`` at its first value)."""
+    fields = {f: values[0] for s in ALL_STAGES for f, values in s.enabled_by}
+    config = small_config(**fields)
+    assert all(s.enabled(config) for s in ALL_STAGES)
+    return config
+
+
 def _stage_inputs(config, params) -> dict:
     """Every upstream value of every stage, from a traced forward of a tiny model."""
     ids = token_ids(config, B, S, 0)
@@ -198,7 +210,7 @@ def _stage_inputs(config, params) -> dict:
 
 
 def test_every_stage_runs_itself_and_returns_its_declared_outputs() -> None:
-    config = small_config()
+    config = every_stage_config()
     params = model_params(config)
     vals = _stage_inputs(config, params)
     for st in ALL_STAGES:
@@ -221,7 +233,7 @@ def test_stage_bodies_are_not_swapped_primitives() -> None:
 def test_emulated_arithmetic_reaches_stage_run() -> None:
     """Under the harness's emulated bfloat16 arithmetic every stage built on a swapped primitive gives other
     numbers than the plain float64 run (so the swap reaches ``Stage.run``); the others (gather, RoPE, mask) do not."""
-    config = small_config()
+    config = every_stage_config()
     params = model_params(config)
     vals = _stage_inputs(config, params)
 
@@ -238,7 +250,7 @@ def test_emulated_arithmetic_reaches_stage_run() -> None:
 
 
 def test_reference_stage_is_the_registry_run() -> None:
-    config = small_config()
+    config = every_stage_config()
     params = model_params(config)
     vals = _stage_inputs(config, params)
     for st in ALL_STAGES:
@@ -257,7 +269,7 @@ def test_reference_stage_is_the_registry_run() -> None:
 def test_reference_stage_rounds_only_the_masked_logits() -> None:
     """``round_to`` reaches the masked logits inside the softmax (a -1e9 + score the dtype cannot resolve is
     absorbed), not E; every other stage ignores it."""
-    config = small_config()
+    config = every_stage_config()
     params = model_params(config)
     vals = _stage_inputs(config, params)
 
