@@ -9,6 +9,7 @@ import numpy as np
 
 from pldr_ref.constants import EXP_ZERO_BELOW, FINFO_MIN_F64, MASK_VALUE
 from pldr_ref.row_blocks import for_each_block, row_slices
+from pldr_ref.stage_hooks import StageHook, split_hook
 
 MASK_MODES = ("ideal", "additive", "finfo_min")
 MASK_ADD_DTYPES = ("float64", "float32")
@@ -258,7 +259,7 @@ def attention_weights(
     return np.where(dead, fill, e)
 
 
-def _identity(a: np.ndarray) -> np.ndarray:
+def _identity(name: str, a: np.ndarray) -> np.ndarray:
     return a
 
 
@@ -271,8 +272,7 @@ def masked_attention_weights(
     mask_add_dtype: str = "float64",
     precision: str = "float64",
     masked_row: str = "arithmetic",
-    round_to: Callable[[np.ndarray], np.ndarray] | None = None,
-    check: Callable[[str, np.ndarray], None] | None = None,
+    on_stage: StageHook | None = None,
     in_place: bool = False,
     softmax_kernel: SoftmaxKernel | None = None,
 ) -> np.ndarray:
@@ -283,20 +283,21 @@ def masked_attention_weights(
     scores: [B, H, S, T]; mask: [B|1, 1, S|1, T] bool or None.  The math is that of :func:`apply_mask` and
     :func:`attention_weights`, applied to one block of query rows at a time on the threads of
     :mod:`pldr_ref.row_blocks`, so that the softmax's passes run from cache and on every free core.  Both are
-    row-wise, so E is bit-identical to the unblocked composition.  ``round_to`` (a naive low-precision run)
-    rounds the masked logits and E, elementwise, as :func:`pldr_ref.layer.decoder_layer` documents.
+    row-wise, so E is bit-identical to the unblocked composition.
+
+    ``on_stage`` (:mod:`pldr_ref.stage_hooks`): its value-changing part (a naive low-precision run's rounding) is
+    applied to each block's masked logits (``"masked_logits"``) and E (``"E"``), so it must be elementwise; its
+    ``finite_only`` part (the finiteness check) is called, from the calling thread, as ``("scores", ...)`` and then
+    ``("E", E)`` only when the sum of some block of that array, taken while the block is in cache, is not finite; a
+    finite sum proves every entry finite (NaN and inf propagate through addition), so a finite array is never
+    re-read.  It gets the whole scores, or in place (where E overwrites them) a copy of every block of rows whose
+    scores were not finite, taken before the overwrite, so counts of NaN and inf are those of the scores.
 
     ``in_place=False`` leaves the scores untouched and returns a new E; ``in_place=True`` writes E over the
     scores (float64, C-contiguous) and returns them: no [B, H, S, T] allocation, half the memory traffic.
 
-    ``check`` (e.g. a finiteness check) is called, from the calling thread, as ``check("scores", ...)`` and then
-    ``check("E", E)`` only when the sum of some block of that array, taken while the block is in cache, is not
-    finite; a finite sum proves every entry finite (NaN and inf propagate through addition), so a finite array is
-    never re-read.  It gets the whole scores, or in place (where E overwrites them) a copy of every block of rows
-    whose scores were not finite, taken before the overwrite, so counts of NaN and inf are those of the scores.
-
     Bit-identical means: to the composition on C-contiguous scores (the layout every caller here produces; on
-    another layout NumPy's row sums may add in another order).  ``round_to`` must return float64 arrays.
+    another layout NumPy's row sums may add in another order).  The hook must return float64 arrays.
     """
     if scores.ndim != 4:
         raise ValueError(f"scores must be [B, H, S, T], got shape {scores.shape}")
@@ -308,7 +309,8 @@ def masked_attention_weights(
     check_kernel_used(precision, softmax_kernel)
     if in_place and (scores.dtype != np.float64 or not scores.flags.c_contiguous or not scores.flags.writeable):
         raise ValueError("in_place=True needs writable, C-contiguous float64 scores")
-    r = round_to if round_to is not None else _identity
+    transform, check = split_hook(on_stage)
+    r = transform if transform is not None else _identity
     b, h, s, t = scores.shape
     e = scores if in_place else np.empty(scores.shape, dtype=np.float64)
     per_row_mask = mask is not None and mask.shape[2] == s and s > 1
@@ -325,9 +327,9 @@ def masked_attention_weights(
             if in_place:
                 bad_scores[i] = sc.copy()
         # the logits go straight into E's rows, and the softmax runs there in place (rounding may copy)
-        logits = r(apply_mask(sc, m, mask_mode, mask_value, mask_add_dtype, out=out))
-        weights = r(attention_weights(logits, m, precision=precision, masked_row=masked_row, overwrite_input=True,
-                                      kernel=softmax_kernel))
+        logits = r("masked_logits", apply_mask(sc, m, mask_mode, mask_value, mask_add_dtype, out=out))
+        weights = r("E", attention_weights(logits, m, precision=precision, masked_row=masked_row,
+                                           overwrite_input=True, kernel=softmax_kernel))
         if weights is not out:
             out[...] = weights
         if check is not None:

@@ -1,9 +1,17 @@
-"""One post-norm PLDR decoder layer with power-law graph attention (spec §2.3-§2.4)."""
+"""One post-norm PLDR decoder layer with power-law graph attention (spec §2.3-§2.4), and the float64 body of
+each of its stages.
+
+Each registry stage (:data:`pldr_ref.registry.FORWARD_STAGES`) runs one of the small functions below
+(``Stage.run``), and :func:`decoder_layer` is the composition of the same functions, so the layer and an isolated
+stage cannot drift (``tests/test_stage_registry_run.py``).  A body's parameters are named after what it reads:
+``lp`` (this layer's parameters), ``config``, and the trace names of its inputs.  The bodies call the equations'
+functions through this module's names (``linear``, ``layer_norm``, ...), which
+:func:`pldr_ref.harness.arithmetic.emulating` swaps for emulated ones.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import numpy as np
 
@@ -23,6 +31,7 @@ from pldr_ref.norms import layer_norm
 from pldr_ref.params import LayerParams
 from pldr_ref.plga import energy_curvature, metric_tensor, potential_tensor
 from pldr_ref.rope import RopeTable, apply_rope
+from pldr_ref.stage_hooks import StageHook, layer_hook, split_hook
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,12 +77,113 @@ class LayerTrace:
         return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if getattr(self, f.name) is not None]
 
 
-def _keep(a: np.ndarray) -> np.ndarray:
-    return a
-
-
 #: Trace names of a layer in forward (stage) order.
 LAYER_STAGES = tuple(f.name for f in dataclasses.fields(LayerTrace))
+
+
+def qkv_projection(lp: LayerParams, config: PLDRConfig, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q = X Wq^T + bq, K = X Wk^T + bk, V = X Wv^T + bv, split into heads (spec §2.4.1-2).
+
+    x [B, S, d] -> q, k, v [B, H, S, d_k]; v is C-contiguous (the E V products read it per head).
+    """
+    h = config.num_heads
+    return (split_heads(linear(x, lp.wq, lp.bq), h), split_heads(linear(x, lp.wk, lp.bk), h),
+            np.ascontiguousarray(split_heads(linear(x, lp.wv, lp.bv), h)))
+
+
+def rotary(config: PLDRConfig, q: np.ndarray, k: np.ndarray, positions: np.ndarray,
+           rope_table: RopeTable | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """q~ = R_p q, k~ = R_p k at the rows' positions (Def. 4.3, spec §2.4.3; Lean ``RoPE``).
+
+    q, k [B, H, S, d_k]; positions [S] or [B, S]; ``rope_table``: the table of ``rope_table="explicit"``.
+    """
+    c = config
+    rope = dict(layout=c.rope_layout, base=c.rope_base, table=c.rope_table_source,
+                arithmetic=c.rope_arithmetic_dtype, explicit=rope_table)
+    return apply_rope(q, positions, **rope), apply_rope(k, positions, **rope)
+
+
+def gram(config: PLDRConfig, q_rot: np.ndarray, gram_offset: np.ndarray | None = None) -> np.ndarray:
+    """A0 = Q~^T Q~ per head (eq. 3.2; Lean ``DensityOperator``): [B, H, S, d_k] -> [B, H, d_k, d_k]; with
+    ``gram_mode="cumulative"`` one per row, [B, H, S, d_k, d_k], plus ``gram_offset`` [B, H, d_k, d_k] (the Gram
+    of cached rows)."""
+    if config.gram_mode == "cumulative":
+        a0 = cumulative_density_operator(q_rot)
+        return a0 if gram_offset is None else a0 + gram_offset[:, :, None]
+    return density_operator(q_rot)
+
+
+def learned_metric(lp: LayerParams, config: PLDRConfig, A0: np.ndarray) -> np.ndarray:
+    """A = Res_R(... Res_1(LN(A0))) (eq. 3.3, Prop. 3.11; v900: spec §2.6), shape of A0."""
+    return metric_learner(A0, lp, config.metric_learner, config.eps_ln)
+
+
+def adjacency(lp: LayerParams, config: PLDRConfig, A: np.ndarray) -> np.ndarray:
+    """A_LM = iSwiGLU(W A + b) + eps_adj (eq. 3.4, Prop. 3.7), shape of A."""
+    return metric_tensor(A, lp.plga.W, lp.plga.b, config.eps_adj)
+
+
+def potential(lp: LayerParams, A_LM: np.ndarray) -> np.ndarray:
+    """A_P = A_LM^(o P) elementwise (eq. 3.5; Lean ``HadamardPower``), shape of A_LM."""
+    return potential_tensor(A_LM, lp.plga.P)
+
+
+def curvature(lp: LayerParams, A_P: np.ndarray) -> np.ndarray:
+    """G_LM = a A_P + b_a (eq. 3.6; Lean ``RankOne``), shape of A_P."""
+    return energy_curvature(A_P, lp.plga.a, lp.plga.b_a)
+
+
+def fixed_curvature(lp: LayerParams, batch: int) -> np.ndarray:
+    """G_LM without PLGA parameters (``g_mode`` identity / random / external): the fixed [H, d_k, d_k] operator
+    repeated over the batch, [B, H, d_k, d_k]."""
+    return np.broadcast_to(lp.g_fixed, (batch, *lp.g_fixed.shape)).copy()
+
+
+def scaled_scores(config: PLDRConfig, q_rot: np.ndarray, G_LM: np.ndarray, k_rot: np.ndarray,
+                  out: np.ndarray | None = None) -> np.ndarray:
+    """Sc = Q~ G_LM K~^T / sqrt(d_k) (eq. 3.7): [B, H, S, T], in ``out`` when given."""
+    return attention_scores(q_rot, G_LM, k_rot, config.score_scale, out=out)
+
+
+def softmax_weights(config: PLDRConfig, scores: np.ndarray, mask: np.ndarray | None = None,
+                    on_stage: StageHook | None = None, in_place: bool = False,
+                    softmax_kernel: SoftmaxKernel | None = None) -> np.ndarray:
+    """E = softmax_j(Sc + mask) (eq. 3.8, spec §7.2; Lean ``Softmax``): [B, H, S, T], blockwise over query rows
+    (:func:`pldr_ref.attention.masked_attention_weights`; ``on_stage`` sees ``"masked_logits"`` and ``"E"``)."""
+    c = config
+    return masked_attention_weights(scores, mask, mask_mode=c.mask_mode, mask_value=c.mask_value,
+                                    mask_add_dtype=c.mask_add_dtype, precision=c.softmax_precision,
+                                    masked_row=c.masked_row, on_stage=on_stage, in_place=in_place,
+                                    softmax_kernel=softmax_kernel)
+
+
+def value_mix(E: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Z = E V per head, heads merged (eq. 3.9): [B, H, S, T] x [B, H, T, d_k] -> [B, S, d]."""
+    return merge_heads(mix_values(E, v))
+
+
+def output_projection(lp: LayerParams, ctx: np.ndarray) -> np.ndarray:
+    """Y = Z Wo^T + bo (spec §2.4.10): [B, S, d] -> [B, S, d]."""
+    return linear(ctx, lp.wo, lp.bo)
+
+
+def post_attention_norm(lp: LayerParams, config: PLDRConfig, attn_out: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """O1 = LN1(Y + X) (spec §2.3; Lean ``LayerNorm``): [B, S, d]."""
+    return layer_norm(attn_out + x, lp.norm1.gamma, lp.norm1.beta, config.eps_ln)
+
+
+def ffn(lp: LayerParams, out1: np.ndarray) -> np.ndarray:
+    """FFN(O1) = W3(silu(W1 O1 + b1) * (W2 O1 + b2)) + b3 (spec §2.3): [B, S, d]."""
+    return glu(out1, lp.ffn)
+
+
+def post_ffn_norm(lp: LayerParams, config: PLDRConfig, ffn_out: np.ndarray, out1: np.ndarray) -> np.ndarray:
+    """O2 = LN2(FFN(O1) + O1) (spec §2.3; Lean ``LayerNorm``): [B, S, d]."""
+    return layer_norm(ffn_out + out1, lp.norm2.gamma, lp.norm2.beta, config.eps_ln)
+
+
+def _no_hook(name: str, arr: np.ndarray) -> np.ndarray:
+    return arr
 
 
 def decoder_layer(
@@ -88,13 +198,12 @@ def decoder_layer(
     frozen_A: np.ndarray | None = None,
     frozen_G: tuple[np.ndarray | None, np.ndarray | None, np.ndarray] | None = None,
     gram_offset: np.ndarray | None = None,
-    round_to: Callable[[np.ndarray], np.ndarray] | None = None,
     rope_table: RopeTable | None = None,
-    check: Callable[[str, np.ndarray], None] | None = None,
+    on_stage: StageHook | None = None,
     workspace: np.ndarray | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
 ) -> LayerTrace:
-    """Y = MHA_PLGA(X); O1 = LN1(Y + X); O2 = LN2(FFN(O1) + O1) (spec §2.3).
+    """Y = MHA_PLGA(X); O1 = LN1(Y + X); O2 = LN2(FFN(O1) + O1) (spec §2.3), stage by stage.
 
     x: [B, S, d]; positions: [S] absolute positions of the new rows, or [B, S] per row (HF ``position_ids``:
     RoPE only; the mask is built by the caller); ``rope_table``: the table of ``rope_table="explicit"``; mask: bool
@@ -102,90 +211,58 @@ def decoder_layer(
     and ``past_v`` [B, H, T0, d_k] are prepended; ``frozen_A`` replaces the metric learner
     output (KV cache); ``frozen_G`` = (A_LM, A_P, G_LM) replaces PLGA (G cache).
     ``gram_offset`` [B, H, d_k, d_k] is the Gram of earlier rows for the cumulative mode.
-    ``round_to`` (default: none) rounds every stage output, the cached inputs and the masked logits
-    (a naive low-precision run, as the fixture baselines use); it never changes the float64 path.
-    ``check`` (default: none), e.g. a finiteness check, is called as ``check(stage, array)`` on the trace entries in
-    :data:`LAYER_STAGES` order as soon as each exists, so a failure stops the layer at the first bad stage; scores
-    and E are summed block by block inside the softmax and passed to ``check`` only when some block's sum is not
-    finite (:func:`pldr_ref.attention.masked_attention_weights`).
+    ``on_stage(name, array) -> array`` (:mod:`pldr_ref.stage_hooks`; default: none, after the context's default
+    hook :func:`pldr_ref.stage_hooks.default_stage_hook`) sees every trace entry in :data:`LAYER_STAGES` order as
+    soon as it exists, and returns the array the layer goes on with: a naive low-precision run rounds (it also
+    sees the masked logits, block by block), a finiteness check (:class:`pldr_ref.stage_hooks.FiniteCheck`) raises
+    at the first bad stage; the check of scores and E runs blockwise inside the softmax.  It never changes the
+    float64 path.
     ``workspace`` (default: none): a C-contiguous float64 [B, H, S, T] array that receives the scores, over which E
     is then computed in place (bit-identical): the trace has ``scores=None`` and ``E`` is the workspace, valid until
-    its next use (unless ``round_to`` returns new arrays: then the workspace is not used for them).
+    its next use (unless the hook returns new arrays for the scores: then the workspace is not used for E).
     ``forward(keep_trace=False)`` hands one workspace to every layer, so no layer allocates (and page-faults) two
     fresh [B, H, S, T] arrays.
     ``softmax_kernel``: the float32 softmax of ``softmax_precision="explicit"``
     (:class:`pldr_ref.attention.SoftmaxKernel`).
     """
     c = config
-    h = c.num_heads
-    r = _keep if round_to is None else round_to
+    hook = layer_hook(on_stage)
+    s = hook or _no_hook  # every stage output passes here
+    transform = split_hook(hook)[0] or _no_hook  # the scores: their finiteness is screened inside the softmax
 
-    def chk(name: str, arr: np.ndarray | None) -> None:
-        if check is not None and arr is not None:
-            check(name, arr)
-
-    chk("x", x)
-    q = r(split_heads(linear(x, lp.wq, lp.bq), h))
-    chk("q", q)
-    k = r(split_heads(linear(x, lp.wk, lp.bk), h))
-    chk("k", k)
-    v = np.ascontiguousarray(r(split_heads(linear(x, lp.wv, lp.bv), h)))  # contiguous heads for the E V GEMMs
-    rope = dict(layout=c.rope_layout, base=c.rope_base, table=c.rope_table_source,
-                arithmetic=c.rope_arithmetic_dtype, explicit=rope_table)
-    q_rot = r(apply_rope(q, positions, **rope))
-    k_rot = r(apply_rope(k, positions, **rope))
-    if past_k is not None:
-        k_rot = np.concatenate([r(past_k), k_rot], axis=2)
-        v = np.concatenate([r(past_v), v], axis=2)
-    chk("q_rot", q_rot)
-    chk("k_rot", k_rot)
-    chk("v", v)
+    x = s("x", x)
+    q, k, v = qkv_projection(lp, c, x)
+    q, k = s("q", q), s("k", k)
+    q_rot, k_rot = rotary(c, q, k, positions, rope_table)
+    q_rot = s("q_rot", q_rot)
+    k_rot = s("k_rot", k_rot if past_k is None else np.concatenate([past_k, k_rot], axis=2))
+    v = s("v", v if past_v is None else np.concatenate([past_v, v], axis=2))
 
     a0 = a = None
     if frozen_A is not None:
-        a = r(frozen_A)
+        a = s("A", frozen_A)
     elif frozen_G is None or c.metric_learner != "none":
-        if c.gram_mode == "cumulative":
-            a0 = cumulative_density_operator(q_rot)
-            if gram_offset is not None:
-                a0 = a0 + gram_offset[:, :, None]
-        else:
-            a0 = density_operator(q_rot)
-        a0 = r(a0)
-        if c.metric_learner != "none":
-            a = r(metric_learner(a0, lp, c.metric_learner, c.eps_ln))
-    chk("A0", a0)
-    chk("A", a)
+        a0 = s("A0", gram(c, q_rot, gram_offset))
+        a = s("A", learned_metric(lp, c, a0)) if c.metric_learner != "none" else None
 
     if frozen_G is not None:
-        a_lm, a_p, g_lm = frozen_G
+        a_lm, a_p, g_lm = (None if t is None else s(n, t) for n, t in zip(("A_LM", "A_P", "G_LM"), frozen_G,
+                                                                           strict=True))
     elif lp.plga is not None:
-        a_lm = r(metric_tensor(a, lp.plga.W, lp.plga.b, c.eps_adj))
-        a_p = r(potential_tensor(a_lm, lp.plga.P))
-        g_lm = r(energy_curvature(a_p, lp.plga.a, lp.plga.b_a))
+        a_lm = s("A_LM", adjacency(lp, c, a))
+        a_p = s("A_P", potential(lp, a_lm))
+        g_lm = s("G_LM", curvature(lp, a_p))
     else:
         a_lm = a_p = None
-        g_lm = np.broadcast_to(lp.g_fixed, (x.shape[0], *lp.g_fixed.shape)).copy()
-    chk("A_LM", a_lm)
-    chk("A_P", a_p)
-    chk("G_LM", g_lm)
+        g_lm = s("G_LM", fixed_curvature(lp, x.shape[0]))
 
-    scores = r(attention_scores(q_rot, g_lm, k_rot, c.score_scale, out=workspace))
+    scores = transform("scores", scaled_scores(c, q_rot, g_lm, k_rot, out=workspace))
     in_place = workspace is not None and scores is workspace  # a rounding hook returns a new array: keep it
-    e = masked_attention_weights(scores, mask, mask_mode=c.mask_mode, mask_value=c.mask_value,
-                                 mask_add_dtype=c.mask_add_dtype, precision=c.softmax_precision,
-                                 masked_row=c.masked_row, round_to=r, check=check, in_place=in_place,
-                                 softmax_kernel=softmax_kernel)
-    if in_place:
-        scores = None  # overwritten by E
-    ctx = r(merge_heads(mix_values(e, v)))
-    chk("ctx", ctx)
-    attn_out = r(linear(ctx, lp.wo, lp.bo))
-    chk("attn_out", attn_out)
-    out1 = r(layer_norm(attn_out + x, lp.norm1.gamma, lp.norm1.beta, c.eps_ln))
-    chk("out1", out1)
-    ffn_out = r(glu(out1, lp.ffn))
-    chk("ffn_out", ffn_out)
-    out2 = r(layer_norm(ffn_out + out1, lp.norm2.gamma, lp.norm2.beta, c.eps_ln))
-    chk("out2", out2)
-    return LayerTrace(x, q, k, q_rot, k_rot, v, a0, a, a_lm, a_p, g_lm, scores, e, ctx, attn_out, out1, ffn_out, out2)
+    e = softmax_weights(c, scores, mask, on_stage=hook, in_place=in_place, softmax_kernel=softmax_kernel)
+    ctx = s("ctx", value_mix(e, v))
+    attn_out = s("attn_out", output_projection(lp, ctx))
+    out1 = s("out1", post_attention_norm(lp, c, attn_out, x))
+    ffn_out = s("ffn_out", ffn(lp, out1))
+    out2 = s("out2", post_ffn_norm(lp, c, ffn_out, out1))
+    return LayerTrace(x, q, k, q_rot, k_rot, v, a0, a, a_lm, a_p, g_lm, None if in_place else scores, e, ctx,
+                      attn_out, out1, ffn_out, out2)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -16,6 +17,10 @@ from pldr_ref.memory_budget import check_forward_budget
 from pldr_ref.norms import layer_norm
 from pldr_ref.params import Params
 from pldr_ref.rope import RopeTable, check_table_used
+from pldr_ref.stage_hooks import FiniteCheck, StageHook, check_finite
+
+__all__ = ["DepthPass", "ForwardOutput", "check_finite", "depth_pass", "embed", "forward", "input_norm", "lm_head",
+           "positions_and_mask", "sequence_mask"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,9 +55,18 @@ def embedding_scale(config: PLDRConfig) -> float:
     return float(np.sqrt(float(config.d_model)))
 
 
-def embed(params: Params, token_ids: np.ndarray) -> np.ndarray:
-    """X0 = E[x] * sqrt(d) (spec §2.1): [B, S] int -> [B, S, d]."""
-    return params["decoder.embedding.weight"][token_ids] * embedding_scale(params.config)
+def embed(params: Params, token_ids: np.ndarray, on_stage: StageHook | None = None) -> np.ndarray:
+    """X0 = E[x] * sqrt(d) (spec §2.1): [B, S] int -> [B, S, d].  ``on_stage`` (a naive run's rounding) sees the
+    scale sqrt(d) as ``"embed_scale"`` (a 0-d array) before the product."""
+    scale = embedding_scale(params.config)
+    if on_stage is not None:
+        scale = on_stage("embed_scale", np.array(scale))
+    return params["decoder.embedding.weight"][token_ids] * scale
+
+
+def input_norm(params: Params, config: PLDRConfig, embed: np.ndarray) -> np.ndarray:
+    """X0 <- LN(X0), the model's input LayerNorm (spec §2.2; Lean ``LayerNorm``): [B, S, d]."""
+    return layer_norm(embed, params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"], config.eps_ln)
 
 
 def lm_head(params: Params, hidden: np.ndarray) -> np.ndarray:
@@ -60,19 +74,10 @@ def lm_head(params: Params, hidden: np.ndarray) -> np.ndarray:
     return linear(hidden, params["final_layer.weight"], params.get("final_layer.bias"))
 
 
-def check_finite(name: str, arr: np.ndarray | None) -> None:
-    """Raise ``FloatingPointError`` naming the stage if ``arr`` has NaN or inf."""
-    # fast path: a finite sum proves every entry finite (NaN and inf propagate through addition)
-    if arr is not None and not np.isfinite(np.sum(arr)) and not np.all(np.isfinite(arr)):
-        n_nan = int(np.isnan(arr).sum())
-        n_inf = int(np.isinf(arr).sum())
-        raise FloatingPointError(f"stage {name!r} produced {n_nan} NaN and {n_inf} inf values")
-
-
-def layer_finite_check(layer: int) -> Callable[[str, np.ndarray], None]:
-    """The ``check`` hook of :func:`pldr_ref.layer.decoder_layer` for layer ``layer``: :func:`check_finite` on
+def layer_finite_check(layer: int) -> FiniteCheck:
+    """The ``on_stage`` hook of :func:`pldr_ref.layer.decoder_layer` for layer ``layer``: :func:`check_finite` on
     ``layers.{layer}.{stage}``, so the error names the first non-finite stage as soon as it is made."""
-    return lambda stage, arr: check_finite(f"layers.{layer}.{stage}", arr)
+    return FiniteCheck(f"layers.{layer}.")
 
 
 def sequence_mask(
@@ -122,6 +127,20 @@ def validate_position_ids(position_ids: object, shape: tuple[int, int], config: 
     return arr.astype(np.int64)
 
 
+def positions_and_mask(config: PLDRConfig, token_ids: np.ndarray, start_pos: int = 0,
+                       attention_mask: np.ndarray | None = None, pad_masking: bool = True,
+                       position_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(RoPE positions, mask) of a full-sequence call (spec §7.1-§7.2, the ``sequence_mask`` stage): positions
+    [S] = start_pos + [0..S), or ``position_ids`` [B, S] (HF: per-row RoPE positions; the mask keeps the sequence
+    index), and the causal + padding mask of :func:`sequence_mask`."""
+    ids = np.asarray(token_ids)
+    positions, mask = sequence_mask(config, ids, start_pos=int(start_pos), attention_mask=attention_mask,
+                                    pad_masking=bool(pad_masking))
+    if position_ids is not None:
+        positions = validate_position_ids(position_ids, ids.shape, config)
+    return positions, mask
+
+
 def check_explicit_inputs(config: PLDRConfig, rope_table: RopeTable | None,
                           softmax_kernel: SoftmaxKernel | None) -> None:
     """Refuse, before any work, a ``rope_table`` given while ``config.rope_table != "explicit"`` or a
@@ -134,6 +153,76 @@ def check_explicit_inputs(config: PLDRConfig, rope_table: RopeTable | None,
     if rope_table is not None and not isinstance(rope_table, RopeTable):
         raise TypeError(f"rope_table must be a pldr_ref.rope.RopeTable, got {type(rope_table).__name__}")
     check_kernel_used(config.softmax_precision, softmax_kernel)
+
+
+#: Rows the LM head of :func:`depth_pass` reads: every row ([B, S, V] logits), the last row ([B, V]), or none.
+HEAD_ROWS = ("all", "last", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class DepthPass:
+    """Result of :func:`depth_pass`: the embedding [B, S, d], the input-LayerNorm output ``x0``, every layer's
+    trace (empty without ``keep_trace``), the last layer's output ``hidden`` [B, S, d] and the logits (None
+    with ``head="none"``)."""
+
+    embed: np.ndarray
+    x0: np.ndarray
+    layers: tuple[LayerTrace, ...]
+    hidden: np.ndarray
+    logits: np.ndarray | None
+
+
+def _no_hook(name: str, arr: np.ndarray) -> np.ndarray:
+    return arr
+
+
+def depth_pass(
+    params: Params,
+    ids: np.ndarray,
+    *,
+    positions: np.ndarray,
+    mask: np.ndarray | None,
+    layer_inputs: Callable[[int], Mapping[str, Any]] | None = None,
+    layer_hook: Callable[[int], StageHook | None] | None = None,
+    on_stage: StageHook | None = None,
+    keep_trace: bool = True,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    head: str = "all",
+) -> DepthPass:
+    """The one float64 depth loop: X0 = LN(E[x] sqrt(d)); X^l = layer_l(X^(l-1)); logits = X^L Wout^T + bout
+    (spec §2), shared by :func:`forward`, the cached step, the diagnostics and the naive low-precision baselines.
+
+    ids [B, S]; ``positions`` and ``mask`` as :func:`pldr_ref.layer.decoder_layer` takes them.  Per layer ``i``:
+    ``layer_inputs(i)`` gives the layer's cache hooks (``past_k``, ``past_v``, ``frozen_A``, ``frozen_G``,
+    ``gram_offset``) and ``layer_hook(i)`` its ``on_stage`` hook.  ``on_stage`` sees the model-level stages:
+    ``"embed_scale"``, ``"embed"``, ``"x0"`` and ``"logits"``.  ``head``: :data:`HEAD_ROWS`.
+    ``keep_trace=False`` drops each layer's trace once the next layer has its input and computes every layer's
+    scores and E in one reused [B, H, S, S] buffer (no cache inputs then): the logits are identical (bitwise), and
+    memory stays O(B H S^2) for one layer instead of L.
+    """
+    if head not in HEAD_ROWS:
+        raise ValueError(f"head must be one of {HEAD_ROWS}, got {head!r}")
+    if not keep_trace and layer_inputs is not None:
+        raise ValueError("keep_trace=False reuses one [B, H, S, S] workspace: it takes no cache inputs")
+    c = params.config
+    h = on_stage or _no_hook
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x_embed = h("embed", embed(params, ids, on_stage))
+        x = x0 = h("x0", input_norm(params, c, x_embed))
+        traces = []
+        # without a kept trace, one [B, H, S, S] buffer serves every layer's scores and E (E overwrites them)
+        workspace = None if keep_trace else np.empty((ids.shape[0], c.num_heads, ids.shape[1], ids.shape[1]))
+        for i in range(c.num_layers):  # layers are sequential: the loop is over depth, not data
+            t = decoder_layer(params.layer(i), x, c, positions=positions, mask=mask, rope_table=rope_table,
+                              on_stage=None if layer_hook is None else layer_hook(i), workspace=workspace,
+                              softmax_kernel=softmax_kernel, **({} if layer_inputs is None else layer_inputs(i)))
+            if keep_trace:
+                traces.append(t)
+            x = t.out2
+            del t  # without a kept trace, this layer's arrays are freed before the next layer allocates its own
+        logits = None if head == "none" else h("logits", lm_head(params, x if head == "all" else x[:, -1]))
+    return DepthPass(x_embed, x0, tuple(traces), x, logits)
 
 
 def forward(
@@ -169,26 +258,11 @@ def forward(
     check_explicit_inputs(c, rope_table, softmax_kernel)
     ids = validate_token_ids(token_ids, c, start_pos)
     check_forward_budget(c, ids.shape[0], ids.shape[1], keep_trace=keep_trace)  # refuse before allocating
-    positions, mask = sequence_mask(c, ids, start_pos=start_pos, attention_mask=attention_mask,
-                                    pad_masking=resolve_pad_masking(c, pad_masking))
-    if position_ids is not None:
-        positions = validate_position_ids(position_ids, ids.shape, c)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        x_embed = embed(params, ids)
-        x = layer_norm(x_embed, params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"], c.eps_ln)
-        x0 = x
-        traces = []
-        # without a kept trace, one [B, H, S, S] buffer serves every layer's scores and E (E overwrites them)
-        workspace = None if keep_trace else np.empty((ids.shape[0], c.num_heads, ids.shape[1], ids.shape[1]))
-        for i in range(c.num_layers):  # layers are sequential: the loop is over depth, not data
-            t = decoder_layer(params.layer(i), x, c, positions=positions, mask=mask, rope_table=rope_table,
-                              check=layer_finite_check(i) if check_finite_values else None, workspace=workspace,
-                              softmax_kernel=softmax_kernel)
-            if keep_trace:
-                traces.append(t)
-            x = t.out2
-            del t  # without a kept trace, this layer's arrays are freed before the next layer allocates its own
-        logits = lm_head(params, x)
+    positions, mask = positions_and_mask(c, ids, start_pos, attention_mask, resolve_pad_masking(c, pad_masking),
+                                         position_ids)
+    run = depth_pass(params, ids, positions=positions, mask=mask, keep_trace=keep_trace,
+                     layer_hook=layer_finite_check if check_finite_values else None, rope_table=rope_table,
+                     softmax_kernel=softmax_kernel)
     if check_finite_values:
-        check_finite("logits", logits)
-    return ForwardOutput(c, positions, x_embed, x0, tuple(traces), logits)
+        check_finite("logits", run.logits)
+    return ForwardOutput(c, positions, run.embed, run.x0, run.layers, run.logits)

@@ -18,20 +18,35 @@ one entry here plus its functions.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
 
 from pldr_ref import activations, attention, density, glu, layer, metric_learner, model, norms, plga, rope
+from pldr_ref.config import PLDRConfig
+from pldr_ref.params import Params
+
+#: Parameters of a stage body filled by role, not from the inputs: the model's parameters, this layer's, the config.
+BODY_ROLES = ("params", "lp", "config")
 
 
 @dataclasses.dataclass(frozen=True)
 class Stage:
     """One stage of the forward map.
 
-    name: stable identifier; function: the pldr_ref function computing it; outputs: trace names it
-    produces (per layer unless ``per_layer`` is False); equation: the math; paper: section/equation;
+    name: stable identifier; function: the pldr_ref function of its equation (docs, op fixtures); outputs: trace
+    names it produces (per layer unless ``per_layer`` is False); equation: the math; paper: section/equation;
     lean: Lean file(s) whose lemmas constrain it; inputs: the golden upstream values an isolated run of
     the stage is guaranteed to receive (``mask``, ``positions`` and ``gram_offset`` are added when the case
-    has them).
+    has them); enabled_by: the (config field, values) under which the stage runs (empty: always; e.g. the PLGA
+    stages need ``g_mode="learned"``); body: the float64 function that computes the stage, the one
+    :func:`pldr_ref.layer.decoder_layer` (or :func:`pldr_ref.model.depth_pass`) calls too.  A body's parameters
+    are named after what it reads: :data:`BODY_ROLES` (``params``, ``lp``, ``config``) and the names of its inputs
+    (optional ones have defaults); it returns its outputs, in ``outputs`` order.  A body is never a primitive that
+    :func:`pldr_ref.harness.arithmetic.emulating` swaps: it calls those through its module's names.
     """
 
     name: str
@@ -42,6 +57,45 @@ class Stage:
     lean: str = ""
     per_layer: bool = True
     inputs: tuple[str, ...] = ()
+    body: Callable[..., object] | None = None
+    enabled_by: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def enabled(self, config: PLDRConfig) -> bool:
+        """Whether ``config`` runs this stage: every (field, values) of ``enabled_by`` holds (empty: always)."""
+        return all(getattr(config, field) in values for field, values in self.enabled_by)
+
+    @functools.cached_property
+    def body_inputs(self) -> tuple[tuple[str, bool], ...]:
+        """(name, required) of every input parameter of the body (the roles excluded)."""
+        sig = inspect.signature(self.body)
+        return tuple((n, p.default is inspect.Parameter.empty) for n, p in sig.parameters.items()
+                     if n not in BODY_ROLES)
+
+    @functools.cached_property
+    def body_roles(self) -> tuple[str, ...]:
+        """The roles (:data:`BODY_ROLES`) the body takes."""
+        return tuple(n for n in inspect.signature(self.body).parameters if n in BODY_ROLES)
+
+    def run(self, params: Params, layer: int | None, config: PLDRConfig,
+            inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The stage's outputs {name: array} computed in float64 from ``inputs`` (trace names, plus optional
+        ``mask``, ``gram_offset``, ``rope_table``, ``on_stage``, ... when the body takes them) for layer ``layer``
+        (None for a model-level stage) of ``params``."""
+        if self.per_layer and layer is None:
+            raise ValueError(f"stage {self.name!r} needs a layer index")
+        missing = [n for n, required in self.body_inputs if required and n not in inputs]
+        if missing:
+            raise KeyError(f"stage {self.name!r} needs inputs {missing}; got {sorted(inputs)}")
+        roles = {"params": params, "config": config}
+        if "lp" in self.body_roles:
+            roles["lp"] = params.layer(layer)
+        args = {n: roles[n] for n in self.body_roles}
+        args.update({n: inputs[n] for n, _ in self.body_inputs if n in inputs})
+        out = self.body(**args)
+        values = out if len(self.outputs) > 1 else (out,)
+        if len(values) != len(self.outputs):
+            raise ValueError(f"stage {self.name!r} body returned {len(values)} values for outputs {self.outputs}")
+        return dict(zip(self.outputs, values, strict=True))
 
 
 #: Structure checked exactly by the harness before the numeric stages (not trace entries of the golden
@@ -49,43 +103,49 @@ class Stage:
 STRUCTURE_STAGES: tuple[Stage, ...] = (
     Stage("sequence_mask", model.sequence_mask, ("positions", "mask"),
           "positions = start_pos + [0..S); M[b,0,i,j] = j > i or key j padding (exact)", "spec §7.1-§7.2",
-          per_layer=False, inputs=("token_ids",)),
+          per_layer=False, inputs=("token_ids",), body=model.positions_and_mask),
 )
+
+#: The PLGA stages run only with learned G (their parameters exist only then).
+_LEARNED_G = (("g_mode", ("learned",)),)
 
 #: The numeric stages in forward order.
 FORWARD_STAGES: tuple[Stage, ...] = (
     Stage("embedding", model.embed, ("embed",), "X0 = E[x] * sqrt(d)", "spec §2.1", per_layer=False,
-          inputs=("token_ids",)),
+          inputs=("token_ids",), body=model.embed),
     Stage("input_norm", norms.layer_norm, ("x0",), "X0 <- LN(X0), eps = 1e-6", "spec §2.2", "LayerNorm",
-          per_layer=False, inputs=("embed",)),
+          per_layer=False, inputs=("embed",), body=model.input_norm),
     Stage("qkv_projection", glu.linear, ("q", "k", "v"), "Q = X Wq^T + bq (same for K, V), split heads",
-          "spec §2.4.1-2", inputs=("x",)),
+          "spec §2.4.1-2", inputs=("x",), body=layer.qkv_projection),
     Stage("rope", rope.apply_rope, ("q_rot", "k_rot"), "y = R_p x (interleaved or half pairs)",
-          "Def. 4.3, spec §2.4.3", "RoPE", inputs=("q", "k", "positions")),
+          "Def. 4.3, spec §2.4.3", "RoPE", inputs=("q", "k", "positions"), body=layer.rotary),
     Stage("density_operator", density.density_operator, ("A0",), "A0 = Q~^T Q~", "eq. 3.2",
-          "DensityOperator", inputs=("q_rot",)),
+          "DensityOperator", inputs=("q_rot",), body=layer.gram),
     Stage("metric_learner", metric_learner.metric_learner, ("A",), "A = Res_R(...Res_1(LN(A0)))",
-          "eq. 3.3, Prop. 3.11", "LayerNorm, Contraction", inputs=("A0",)),
+          "eq. 3.3, Prop. 3.11", "LayerNorm, Contraction", inputs=("A0",), body=layer.learned_metric,
+          enabled_by=(("metric_learner", ("v500", "v900")),)),
     Stage("metric_tensor", plga.metric_tensor, ("A_LM",), "A_LM = iSwiGLU(W A + b) + eps_adj", "eq. 3.4, Prop. 3.7",
-          "ISwiGLU, HadamardPower", inputs=("A",)),
+          "ISwiGLU, HadamardPower", inputs=("A",), body=layer.adjacency, enabled_by=_LEARNED_G),
     Stage("potential_tensor", plga.potential_tensor, ("A_P",), "A_P = A_LM^(o P)", "eq. 3.5", "HadamardPower",
-          inputs=("A_LM",)),
+          inputs=("A_LM",), body=layer.potential, enabled_by=_LEARNED_G),
     Stage("energy_curvature", plga.energy_curvature, ("G_LM",), "G_LM = a A_P + b_a", "eq. 3.6", "RankOne",
-          inputs=("A_P",)),
+          inputs=("A_P",), body=layer.curvature, enabled_by=_LEARNED_G),
     Stage("attention_scores", attention.attention_scores, ("scores",), "Sc = Q~ G_LM K~^T / sqrt(d_k)", "eq. 3.7",
-          "RoPE (commutant)", inputs=("q_rot", "G_LM", "k_rot")),
+          "RoPE (commutant)", inputs=("q_rot", "G_LM", "k_rot"), body=layer.scaled_scores),
     Stage("masked_softmax", attention.masked_softmax, ("E",), "E = softmax_j(Sc + mask)", "eq. 3.8", "Softmax",
-          inputs=("scores",)),
-    Stage("value_mix", attention.mix_values, ("ctx",), "Z = E V, merge heads", "eq. 3.9", inputs=("E", "v")),
-    Stage("output_projection", glu.linear, ("attn_out",), "Y = Z Wo^T + bo", "spec §2.4.10", inputs=("ctx",)),
+          inputs=("scores",), body=layer.softmax_weights),
+    Stage("value_mix", attention.mix_values, ("ctx",), "Z = E V, merge heads", "eq. 3.9", inputs=("E", "v"),
+          body=layer.value_mix),
+    Stage("output_projection", glu.linear, ("attn_out",), "Y = Z Wo^T + bo", "spec §2.4.10", inputs=("ctx",),
+          body=layer.output_projection),
     Stage("post_attention_norm", norms.layer_norm, ("out1",), "O1 = LN1(Y + X)", "spec §2.3", "LayerNorm",
-          inputs=("attn_out", "x")),
+          inputs=("attn_out", "x"), body=layer.post_attention_norm),
     Stage("ffn", glu.glu, ("ffn_out",), "FFN = W3(silu(W1 z + b1) * (W2 z + b2)) + b3", "spec §2.3",
-          inputs=("out1",)),
+          inputs=("out1",), body=layer.ffn),
     Stage("post_ffn_norm", norms.layer_norm, ("out2",), "O2 = LN2(FFN(O1) + O1)", "spec §2.3", "LayerNorm",
-          inputs=("ffn_out", "out1")),
+          inputs=("ffn_out", "out1"), body=layer.post_ffn_norm),
     Stage("lm_head", model.lm_head, ("logits",), "logits = X^L Wout^T + bout", "spec §2.5", per_layer=False,
-          inputs=("hidden",)),
+          inputs=("hidden",), body=model.lm_head),
 )
 
 #: Every stage the harness can isolate, in the order it walks them.

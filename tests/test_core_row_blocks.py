@@ -245,7 +245,7 @@ def test_rounding_hook_rounds_the_logits_and_e_per_block(tiny_blocks) -> None:
 
     with np.errstate(over="ignore"):  # -1e9 is -inf in float16
         want = r(attention_weights(r(apply_mask(scores, mask, "additive")), mask))
-        got = masked_attention_weights(scores, mask, mask_mode="additive", round_to=r)
+        got = masked_attention_weights(scores, mask, mask_mode="additive", on_stage=lambda name, a: r(a))
     np.testing.assert_array_equal(bits(got), bits(want))
 
 
@@ -297,18 +297,26 @@ def test_check_sees_scores_then_e_only_when_a_block_is_not_finite(tiny_blocks) -
     mask = padded_mask(1, 6, 0, rng)
     calls: list[tuple[str, tuple]] = []
 
-    def check(name, arr):
-        calls.append((name, arr.shape))
+    class Check:  # an inspector: a no-op on finite arrays, so the softmax may screen them blockwise
+        finite_only = True
 
-    masked_attention_weights(scores, mask, mask_mode="additive", check=check)
+        def __init__(self, record) -> None:
+            self.record = record
+
+        def __call__(self, name, arr):
+            self.record(name, arr)
+            return arr
+
+    check = Check(lambda name, arr: calls.append((name, arr.shape)))
+    masked_attention_weights(scores, mask, mask_mode="additive", on_stage=check)
     assert calls == []
     scores[0, 1, 4, 2] = np.nan  # an allowed key (2 <= 4) of a live row: E's row is NaN too
-    masked_attention_weights(scores, mask, mask_mode="additive", check=check)
+    masked_attention_weights(scores, mask, mask_mode="additive", on_stage=check)
     assert calls == [("scores", scores.shape), ("E", scores.shape)]
     calls.clear()
     seen: list[np.ndarray] = []
     masked_attention_weights(scores.copy(), mask, mask_mode="additive", in_place=True,
-                             check=lambda name, arr: seen.append(arr.copy()) if name == "scores" else None)
+                             on_stage=Check(lambda name, arr: seen.append(arr.copy()) if name == "scores" else None))
     # in place: a copy of the failing blocks of scores, taken before E overwrote them (the NaN is still there)
     assert len(seen) == 1 and seen[0].shape[2] < 6 and np.isnan(seen[0]).sum() == np.isnan(scores).sum() == 1
 
@@ -331,11 +339,41 @@ def test_layer_check_hook_sees_every_stage_in_trace_order() -> None:
     positions, mask = sequence_mask(cfg, ids)
     x = np.random.default_rng(0).standard_normal((2, 5, cfg.d_model))
     seen: list[str] = []
-    t = decoder_layer(params.layer(0), x, cfg, positions=positions, mask=mask,
-                      check=lambda name, arr: seen.append(name))
+
+    class Check:
+        finite_only = True
+
+        def __call__(self, name, arr):
+            seen.append(name)
+            return arr
+
+    t = decoder_layer(params.layer(0), x, cfg, positions=positions, mask=mask, on_stage=Check())
     # scores and E are judged inside the softmax, and only when a block's sum is not finite
     assert seen == [name for name, _ in t.items() if name not in ("scores", "E")]
     assert [n for n in LAYER_STAGES if n in seen or n in ("scores", "E")] == [n for n, _ in t.items()]
+
+
+def test_layer_transforming_hook_sees_every_stage_and_the_masked_logits_per_block(tiny_blocks) -> None:
+    """A hook that may change values (not ``finite_only``) sees every trace entry, the scores included, and the
+    masked logits and E of each block of query rows; returning its input keeps the float64 values."""
+    cfg = small_config()
+    params = model_params(cfg, 0)
+    ids = token_ids(cfg, 2, 6, 0)
+    positions, mask = sequence_mask(cfg, ids)
+    x = np.random.default_rng(0).standard_normal((2, 6, cfg.d_model))
+    seen: list[str] = []
+
+    def record(name, arr):
+        seen.append(name)
+        return arr
+
+    t = decoder_layer(params.layer(0), x, cfg, positions=positions, mask=mask, on_stage=record)
+    plain = decoder_layer(params.layer(0), x, cfg, positions=positions, mask=mask)
+    blocks = seen.count("masked_logits")
+    assert blocks > 1 and seen.count("E") == blocks  # tiny_blocks: several blocks of rows
+    assert list(dict.fromkeys(n for n in seen if n != "masked_logits")) == [n for n, _ in t.items()]
+    for (name, a), (_, b) in zip(t.items(), plain.items(), strict=True):
+        np.testing.assert_array_equal(bits(a), bits(b), err_msg=name)
 
 
 def test_forward_names_a_non_finite_score_and_stops_there(tiny_blocks) -> None:

@@ -15,9 +15,8 @@ import numpy as np
 from pldr_ref.config import PLDRConfig
 from pldr_ref.inference.cache import GCache, KVCache, LayerG, LayerKV
 from pldr_ref.inference.modes import DecodeState, InferenceMode
-from pldr_ref.layer import LayerTrace, decoder_layer
-from pldr_ref.model import ForwardOutput, embed, forward, lm_head, sequence_mask
-from pldr_ref.norms import layer_norm
+from pldr_ref.layer import LayerTrace
+from pldr_ref.model import ForwardOutput, depth_pass, forward, sequence_mask
 from pldr_ref.params import Params
 
 
@@ -101,17 +100,9 @@ def layer_pass(params: Params, ids: np.ndarray) -> tuple[tuple[LayerTrace, ...],
     The same layer calls as :func:`pldr_ref.model.forward` (its traces are bitwise equal); sections that need
     the deductive tensors of a recomputation but not its [B, S, V] logits use this to skip the LM-head GEMM.
     """
-    c = params.config
-    positions, mask = sequence_mask(c, ids)
-    traces = []
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        x = layer_norm(embed(params, ids), params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"],
-                       c.eps_ln)
-        for i in range(c.num_layers):  # depth is sequential
-            t = decoder_layer(params.layer(i), x, c, positions=positions, mask=mask)
-            traces.append(t)
-            x = t.out2
-    return tuple(traces), x
+    positions, mask = sequence_mask(params.config, ids)
+    run = depth_pass(params, ids, positions=positions, mask=mask, head="none")
+    return run.layers, run.hidden
 
 
 def final_row_forward(params: Params, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -120,10 +111,9 @@ def final_row_forward(params: Params, ids: np.ndarray) -> tuple[np.ndarray, np.n
     The same layer calls as :func:`pldr_ref.model.forward`; only the LM head is restricted to the last row
     (its G_LM are bitwise those of ``forward``; the logits agree up to the LM-head GEMM's summation order).
     """
-    traces, x = layer_pass(params, ids)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        logits = lm_head(params, x[:, -1])
-    return logits, np.stack([t.G_LM for t in traces])
+    positions, mask = sequence_mask(params.config, ids)
+    run = depth_pass(params, ids, positions=positions, mask=mask, head="last")
+    return run.logits, np.stack([t.G_LM for t in run.layers])
 
 
 def prompt_state(run: ModelRun, mode: InferenceMode, n: int) -> tuple[np.ndarray, DecodeState]:

@@ -16,24 +16,22 @@ The step is the full forward map of :func:`pldr_ref.model.forward` with the cach
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
 from pldr_ref.attention import SoftmaxKernel, causal_padding_mask
 from pldr_ref.inference.cache import GCache, KVCache, g_cache_from_output, kv_cache_from_output
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
-from pldr_ref.layer import decoder_layer
 from pldr_ref.model import (
     ForwardOutput,
     check_explicit_inputs,
     check_finite,
-    embed,
+    depth_pass,
     layer_finite_check,
-    lm_head,
     resolve_pad_masking,
     validate_position_ids,
 )
-from pldr_ref.norms import layer_norm
 from pldr_ref.params import Params
 from pldr_ref.rope import RopeTable
 
@@ -129,34 +127,21 @@ def cached_forward(
     mask = step_mask(positions, kv_cache, key_padding, cached_mask)
     rope_positions = positions if position_ids is None else validate_position_ids(position_ids, ids.shape, c)
     cumulative = c.gram_mode == "cumulative"
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        x_embed = embed(params, ids)
-        x = layer_norm(x_embed, params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"], c.eps_ln)
-        x0 = x
-        traces = []
-        for i in range(c.num_layers):  # depth is sequential
-            lk = None if kv_cache is None else kv_cache.layers[i]
-            t = decoder_layer(
-                params.layer(i),
-                x,
-                c,
-                positions=rope_positions,
-                mask=mask,
-                past_k=None if lk is None else lk.k_rot,
-                past_v=None if lk is None else lk.v,
-                frozen_A=None if lk is None or cumulative else lk.A,
-                frozen_G=None if g_cache is None else g_cache.layers[i].as_frozen(),
-                gram_offset=None if lk is None or not cumulative else lk.gram,
-                rope_table=rope_table,
-                check=layer_finite_check(i) if check_finite_values else None,
-                softmax_kernel=softmax_kernel,
-            )
-            traces.append(t)
-            x = t.out2
-        logits = lm_head(params, x)
+
+    def layer_inputs(i: int) -> dict[str, Any]:
+        """The cache hooks of layer ``i`` (spec §8): cached keys and values, frozen A or Gram offset, frozen G."""
+        lk = None if kv_cache is None else kv_cache.layers[i]
+        return dict(past_k=None if lk is None else lk.k_rot, past_v=None if lk is None else lk.v,
+                    frozen_A=None if lk is None or cumulative else lk.A,
+                    frozen_G=None if g_cache is None else g_cache.layers[i].as_frozen(),
+                    gram_offset=None if lk is None or not cumulative else lk.gram)
+
+    run = depth_pass(params, ids, positions=rope_positions, mask=mask, layer_inputs=layer_inputs,
+                     layer_hook=layer_finite_check if check_finite_values else None, rope_table=rope_table,
+                     softmax_kernel=softmax_kernel)
     if check_finite_values:
-        check_finite("logits", logits)
-    out = ForwardOutput(c, rope_positions, x_embed, x0, tuple(traces), logits)
+        check_finite("logits", run.logits)
+    out = ForwardOutput(c, rope_positions, run.embed, run.x0, run.layers, run.logits)
     all_padding = key_padding if kv_cache is None else np.concatenate([kv_cache.key_padding, key_padding], axis=1)
     # a cache-less call at start_pos > 0 has no keys for 0..start_pos-1: its KV cache would lie about positions
     new_kv = None if t0 > 0 and kv_cache is None else kv_cache_from_output(out, all_padding)
