@@ -258,6 +258,12 @@ class PLDRConfig:
         return cls(**fields)
 
 
+_TABLE_WITHOUT_FIELD = sorted(set(_CHOICES) - {f.name for f in dataclasses.fields(PLDRConfig)})
+if _TABLE_WITHOUT_FIELD:  # a switch added to the table needs its PLDRConfig field (docs/adding_a_switch.md)
+    raise TypeError(f"the switch table (pldr_ref.switches) names {_TABLE_WITHOUT_FIELD}, which PLDRConfig lacks: add "
+                    "each as a field `name: str = switch(name).default`")
+
+
 # ------------------------------------------------------------------ generic field-type validation
 def _check_type(owner: str, name: str, value: Any, kind: Any) -> Any:
     """``value`` normalised to the Python type ``kind`` (bool, int, float, str or ``X | None``), else ``ValueError``.

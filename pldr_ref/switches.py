@@ -56,7 +56,8 @@ class Switch:
 
     name: the ``PLDRConfig`` field; default: its default value; meaning: one line; values: value -> one-line
     meaning, in the order the values are listed everywhere; group: one of :data:`GROUPS`; engines: engine (every
-    key of :data:`ENGINES`) -> the values it implements (always including the default).
+    key of :data:`ENGINES`) -> the values it implements (always including the default); uncased: values no stored
+    golden case can carry (they run a user's callable), exempt from the fixture coverage.
     """
 
     name: str
@@ -65,6 +66,7 @@ class Switch:
     values: Mapping[str, str]
     group: str
     engines: Mapping[str, tuple[str, ...]]
+    uncased: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "values", types.MappingProxyType(dict(self.values)))
@@ -78,6 +80,8 @@ class Switch:
             raise ValueError(f"{where}: group {self.group!r} is not one of {GROUPS}")
         if set(self.engines) != set(ENGINES):
             raise ValueError(f"{where}: engines must name exactly {tuple(ENGINES)}, got {tuple(self.engines)}")
+        if not set(self.uncased) <= set(self.values) or self.default in self.uncased:
+            raise ValueError(f"{where}: uncased {self.uncased} must be non-default values of {self.choices}")
         for engine, implemented in self.engines.items():
             unknown = [v for v in implemented if v not in self.values]
             if unknown or self.default not in implemented:
@@ -124,8 +128,9 @@ def _engines(values: Mapping[str, str], default: str, *, every: tuple[str, ...] 
 
 
 def _switch(name: str, default: str, group: str, meaning: str, values: Mapping[str, str], *,
-            every: tuple[str, ...] = tuple(ENGINES), only: Mapping[str, tuple[str, ...]] | None = None) -> Switch:
-    return Switch(name, default, meaning, values, group, _engines(values, default, every=every, only=only))
+            every: tuple[str, ...] = tuple(ENGINES), only: Mapping[str, tuple[str, ...]] | None = None,
+            uncased: tuple[str, ...] = ()) -> Switch:
+    return Switch(name, default, meaning, values, group, _engines(values, default, every=every, only=only), uncased)
 
 
 #: The engines that implement every issue-12 emulation switch value (the float64 reference and the mpmath tier);
@@ -198,7 +203,7 @@ SWITCHES: tuple[Switch, ...] = (
         "float64": "softmax in float64",
         "float32": "the correctly rounded float32 softmax of the float32 logits",
         "explicit": "a float32 softmax kernel given by the user (pldr_ref.attention.SoftmaxKernel)",
-    }, every=("float64",), only={"mpmath": ("float64", "float32")}),
+    }, every=("float64",), only={"mpmath": ("float64", "float32")}, uncased=("explicit",)),
     _switch("masked_row", "arithmetic", "emulation", "a query row whose every key is masked", {
         "arithmetic": "what the mask arithmetic and the softmax give",
         "zeros": "forced to zeros (HF sdpa's safe softmax)",
