@@ -278,3 +278,20 @@ def require_engine_support(engine: str, config: object) -> None:
     if off:
         detail = "; ".join(f"{k}={v!r} (it evaluates {BY_NAME[k].engines[engine]})" for k, v in off.items())
         raise NotImplementedError(f"the {engine} engine does not evaluate {detail}: {ENGINES[engine]}")
+
+
+def markdown() -> str:
+    """The table as Markdown: one row per value (switch, group, value, meaning, the engines that implement it)
+    (``docs/adding_a_switch.md`` holds it, checked by a test)."""
+    engines = tuple(ENGINES)
+    lines = ["| switch | group | value | meaning | implemented by |", "|---|---|---|---|---|"]
+    for s in SWITCHES:
+        for i, (value, meaning) in enumerate(s.values.items()):
+            who = [e for e in engines if value in s.engines[e]]
+            by = "every engine" if len(who) == len(engines) else ", ".join(who)
+            if s.group == "init":
+                by = "– (parameter initialisation only)"
+            default = " (default)" if value == s.default else ""
+            head = (f"`{s.name}`", s.group) if i == 0 else ("", "")
+            lines.append(f"| {head[0]} | {head[1]} | `\"{value}\"`{default} | {meaning} | {by} |")
+    return "\n".join(lines) + "\n"
