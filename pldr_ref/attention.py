@@ -10,11 +10,13 @@ import numpy as np
 from pldr_ref.constants import EXP_ZERO_BELOW, FINFO_MIN_F64, MASK_VALUE
 from pldr_ref.row_blocks import for_each_block, row_slices
 from pldr_ref.stage_hooks import StageHook, split_hook
+from pldr_ref.switches import switch
 
-MASK_MODES = ("ideal", "additive", "finfo_min")
-MASK_ADD_DTYPES = ("float64", "float32")
-SOFTMAX_PRECISIONS = ("float64", "float32", "explicit")
-MASKED_ROWS = ("arithmetic", "zeros", "uniform", "nan")
+# The values this float64 engine implements, from the switch table (pldr_ref.switches).
+MASK_MODES = switch("mask_mode").implemented_by("float64")
+MASK_ADD_DTYPES = switch("mask_add_dtype").implemented_by("float64")
+SOFTMAX_PRECISIONS = switch("softmax_precision").implemented_by("float64")
+MASKED_ROWS = switch("masked_row").implemented_by("float64")
 
 
 def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
@@ -30,7 +32,7 @@ def merge_heads(z: np.ndarray) -> np.ndarray:
 
 
 #: Score-scale precisions (``PLDRConfig.score_scale``).
-SCORE_SCALES = ("exact", "float32", "reciprocal")
+SCORE_SCALES = switch("score_scale").implemented_by("float64")
 
 
 def score_scale_divisor(d_k: int, scale: str = "exact") -> tuple[str, float]:
@@ -43,7 +45,7 @@ def score_scale_divisor(d_k: int, scale: str = "exact") -> tuple[str, float]:
         return "divide", float(np.sqrt(np.float32(d_k)))  # IEEE sqrt: correctly rounded in float32
     if scale == "reciprocal":
         return "multiply", float(1.0 / np.sqrt(np.float64(d_k)))
-    raise ValueError(f"score_scale must be one of {SCORE_SCALES}, got {scale!r}")
+    raise switch("score_scale").error(scale, allowed=SCORE_SCALES)
 
 
 def attention_scores(
@@ -109,10 +111,8 @@ def apply_mask(
     ``out`` (float64, the broadcast shape of scores and mask) receives the logits; without it, ``mask=None``
     returns ``scores`` itself and every other call a new array.
     """
-    if add_dtype not in MASK_ADD_DTYPES:
-        raise ValueError(f"mask_add_dtype must be one of {MASK_ADD_DTYPES}, got {add_dtype!r}")
-    if mode not in MASK_MODES:
-        raise ValueError(f"mask_mode must be one of {MASK_MODES}, got {mode!r}")
+    switch("mask_add_dtype").check(add_dtype, allowed=MASK_ADD_DTYPES)
+    switch("mask_mode").check(mode, allowed=MASK_MODES)
     if add_dtype == "float32" and mode != "additive":
         raise ValueError(f"mask_add_dtype='float32' needs mask_mode='additive', got {mode!r}")
     if mask is None:
@@ -239,10 +239,8 @@ def attention_weights(
     :func:`softmax_float32`; ``explicit``: the user's float32 ``kernel``), then rows whose every key is masked
     (``mask`` [B|1, 1, S, T], True = forbidden) set as ``masked_row`` says: ``arithmetic`` leaves what the
     arithmetic gave; ``zeros``, ``uniform`` (1/T) or ``nan`` override them.  Returns [B, H, S, T]."""
-    if precision not in SOFTMAX_PRECISIONS:
-        raise ValueError(f"softmax_precision must be one of {SOFTMAX_PRECISIONS}, got {precision!r}")
-    if masked_row not in MASKED_ROWS:
-        raise ValueError(f"masked_row must be one of {MASKED_ROWS}, got {masked_row!r}")
+    switch("softmax_precision").check(precision, allowed=SOFTMAX_PRECISIONS)
+    switch("masked_row").check(masked_row, allowed=MASKED_ROWS)
     check_kernel_used(precision, kernel)
     if precision == "explicit":
         e = kernel(logits)

@@ -22,57 +22,30 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.constants import EPS_ADJ, EPS_LN, MASK_VALUE, ROPE_BASE
+from pldr_ref.switches import choices as switch_choices
+from pldr_ref.switches import names as switch_names
+from pldr_ref.switches import switch
 
-ROPE_LAYOUTS = ("interleaved", "half")
-ROPE_PRECISIONS = ("exact", "float32")
-MASK_MODES = ("ideal", "additive", "finfo_min")
-EMBED_SCALE_PRECISIONS = ("exact", "float32")
-METRIC_LEARNERS = ("v500", "v900", "none")
-G_MODES = ("learned", "identity", "random", "external")
-GRAM_MODES = ("global", "cumulative")
-INIT_SCHEMES = ("torch", "keras", "hf")
-#: RoPE table source (issue 12): ``auto`` follows ``rope_precision``; ``exact`` real angles; ``float32`` the
-#: torchtune / keras-nlp float32 table with every step correctly rounded; ``keras-0.6.4`` keras-nlp 0.6.4's angle
-#: formula omega = 1 / base^e evaluated in float64 (the layer dtype of a float64 run); ``explicit`` a user table.
-ROPE_TABLES = ("auto", "exact", "float32", "keras-0.6.4", "explicit")
-#: RoPE arithmetic: ``auto`` follows ``rope_precision``; ``float64`` (q, k and table used as they are);
-#: ``float32`` (q, k and table rounded to float32, rotation in float32: torchtune with float32 buffers);
-#: ``float64_qk_f32`` (q, k rounded to float32, rotation in float64: torchtune after ``model.double()``).
-ROPE_ARITHMETICS = ("auto", "float64", "float32", "float64_qk_f32")
-#: 1/sqrt(d_k): ``exact`` (divide by sqrt in float64), ``float32`` (divide by sqrt(f32 d_k): PT-v510, TF),
-#: ``reciprocal`` (multiply by 1/sqrt(d_k) rounded in the model dtype: HF ``scaling``).
-SCORE_SCALES = ("exact", "float32", "reciprocal")
-#: dtype in which the additive -1e9 mask is added: ``float64`` or ``float32`` (TF / PT float32 training).
-MASK_ADD_DTYPES = ("float64", "float32")
-#: softmax precision: ``float64``, ``float32`` (the correctly rounded float32 softmax: RN32 of the exact softmax of
-#: RN32(logits)), or ``explicit`` (a float32 softmax kernel given by the user as
-#: :class:`pldr_ref.attention.SoftmaxKernel`, e.g. torch's ``F.softmax(..., dtype=float32)`` of HF eager, which is
-#: not correctly rounded).
-SOFTMAX_PRECISIONS = ("float64", "float32", "explicit")
-#: rows whose every key is masked: ``arithmetic`` (what the mask arithmetic and softmax give), or forced to
-#: ``zeros``, ``uniform`` or ``nan``.
-MASKED_ROWS = ("arithmetic", "zeros", "uniform", "nan")
-#: where padding keys come from by default: ``token`` (ids equal to pad_id; native) or ``attention_mask``
-#: (only an explicit HF attention mask; HF never masks without one).
-PAD_SOURCES = ("token", "attention_mask")
+# The allowed values of every string switch, from the switch table (pldr_ref.switches: one record per switch with
+# its values, default, meaning and the engines that implement each value).
+ROPE_LAYOUTS = switch("rope_layout").choices
+ROPE_PRECISIONS = switch("rope_precision").choices
+MASK_MODES = switch("mask_mode").choices
+EMBED_SCALE_PRECISIONS = switch("embed_scale_precision").choices
+METRIC_LEARNERS = switch("metric_learner").choices
+G_MODES = switch("g_mode").choices
+GRAM_MODES = switch("gram_mode").choices
+INIT_SCHEMES = switch("init_scheme").choices
+ROPE_TABLES = switch("rope_table").choices
+ROPE_ARITHMETICS = switch("rope_arithmetic").choices
+SCORE_SCALES = switch("score_scale").choices
+MASK_ADD_DTYPES = switch("mask_add_dtype").choices
+SOFTMAX_PRECISIONS = switch("softmax_precision").choices
+MASKED_ROWS = switch("masked_row").choices
+PAD_SOURCES = switch("pad_source").choices
 
-_CHOICES = {
-    "rope_layout": ROPE_LAYOUTS,
-    "rope_precision": ROPE_PRECISIONS,
-    "mask_mode": MASK_MODES,
-    "embed_scale_precision": EMBED_SCALE_PRECISIONS,
-    "metric_learner": METRIC_LEARNERS,
-    "g_mode": G_MODES,
-    "gram_mode": GRAM_MODES,
-    "init_scheme": INIT_SCHEMES,
-    "rope_table": ROPE_TABLES,
-    "rope_arithmetic": ROPE_ARITHMETICS,
-    "score_scale": SCORE_SCALES,
-    "mask_add_dtype": MASK_ADD_DTYPES,
-    "softmax_precision": SOFTMAX_PRECISIONS,
-    "masked_row": MASKED_ROWS,
-    "pad_source": PAD_SOURCES,
-}
+#: Field -> allowed values of every str field (validated in ``__post_init__``; a str field missing here is refused).
+_CHOICES = switch_choices()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,22 +75,22 @@ class PLDRConfig:
     attn_bias: bool = True
     glu_bias: bool = True
     final_bias: bool = True
-    rope_layout: str = "interleaved"
-    rope_precision: str = "exact"
-    mask_mode: str = "ideal"
-    embed_scale_precision: str = "exact"
-    metric_learner: str = "v500"
-    g_mode: str = "learned"
-    gram_mode: str = "global"
-    init_scheme: str = "torch"
+    rope_layout: str = switch("rope_layout").default
+    rope_precision: str = switch("rope_precision").default
+    mask_mode: str = switch("mask_mode").default
+    embed_scale_precision: str = switch("embed_scale_precision").default
+    metric_learner: str = switch("metric_learner").default
+    g_mode: str = switch("g_mode").default
+    gram_mode: str = switch("gram_mode").default
+    init_scheme: str = switch("init_scheme").default
     pad_id: int = 0
-    rope_table: str = "auto"
-    rope_arithmetic: str = "auto"
-    score_scale: str = "exact"
-    mask_add_dtype: str = "float64"
-    softmax_precision: str = "float64"
-    masked_row: str = "arithmetic"
-    pad_source: str = "token"
+    rope_table: str = switch("rope_table").default
+    rope_arithmetic: str = switch("rope_arithmetic").default
+    score_scale: str = switch("score_scale").default
+    mask_add_dtype: str = switch("mask_add_dtype").default
+    softmax_precision: str = switch("softmax_precision").default
+    masked_row: str = switch("masked_row").default
+    pad_source: str = switch("pad_source").default
 
     # ------------------------------------------------------------------ derived
     @property
@@ -161,10 +134,8 @@ class PLDRConfig:
     # -------------------------------------------------------------- validation
     def __post_init__(self) -> None:
         _validate_field_types(self)
-        for name, choices in _CHOICES.items():
-            value = getattr(self, name)
-            if value not in choices:
-                raise ValueError(f"PLDRConfig.{name}={value!r} is not one of {choices}")
+        for name in _CHOICES:
+            switch(name).check(getattr(self, name), owner="PLDRConfig")
         positive = ("num_layers", "num_heads", "d_k", "dff", "vocab_size", "max_seq_len")
         for name in positive:
             value = getattr(self, name)
@@ -285,6 +256,12 @@ class PLDRConfig:
             raise ValueError(f"PLDRConfig has no field(s) {sorted(unknown)}")
         fields.update(overrides)  # e.g. mask_mode="additive" to run HF weights with native semantics
         return cls(**fields)
+
+
+_TABLE_WITHOUT_FIELD = sorted(set(_CHOICES) - {f.name for f in dataclasses.fields(PLDRConfig)})
+if _TABLE_WITHOUT_FIELD:  # a switch added to the table needs its PLDRConfig field (docs/adding_a_switch.md)
+    raise TypeError(f"the switch table (pldr_ref.switches) names {_TABLE_WITHOUT_FIELD}, which PLDRConfig lacks: add "
+                    "each as a field `name: str = switch(name).default`")
 
 
 # ------------------------------------------------------------------ generic field-type validation
@@ -530,14 +507,12 @@ _PT_V510_FLOAT32: dict[str, Any] = dict(
 #:   and ``cos`` are not correctly rounded (pass TF's own table, :meth:`pldr_ref.rope.RopeTable.from_rotate_half`,
 #:   with ``rope_table="explicit"`` to replay it).
 #: The issue-12 emulation switches (one per released-code numerical behaviour).
-EMULATION_SWITCHES = ("rope_table", "rope_arithmetic", "score_scale", "mask_add_dtype", "softmax_precision",
-                      "masked_row", "pad_source")
+EMULATION_SWITCHES = switch_names("emulation")
 
 
 def switch_defaults(names: tuple[str, ...] = EMULATION_SWITCHES) -> dict[str, Any]:
-    """PLDRConfig's default value of each switch in ``names`` (the single source of those defaults)."""
-    defaults = {f.name: f.default for f in dataclasses.fields(PLDRConfig)}
-    return {n: defaults[n] for n in names}
+    """The default value of each switch in ``names`` (from the switch table, as ``PLDRConfig``'s field defaults)."""
+    return {n: switch(n).default for n in names}
 
 
 EMULATIONS: dict[str, dict[str, Any]] = {

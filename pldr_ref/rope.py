@@ -22,13 +22,17 @@ import math
 
 import numpy as np
 
-LAYOUTS = ("interleaved", "half")
-PRECISIONS = ("exact", "float32")
-#: Table sources (``PLDRConfig.rope_table``): real angles, the float32 torchtune / keras-nlp table (every step
-#: correctly rounded), keras-nlp 0.6.4's formula in float64, or an explicit user table (:class:`RopeTable`).
-TABLE_SOURCES = ("exact", "float32", "keras-0.6.4", "explicit")
-#: Rotation arithmetic (``PLDRConfig.rope_arithmetic``): see :func:`rotate_pairs`.
-ARITHMETICS = ("float64", "float32", "float64_qk_f32")
+from pldr_ref.switches import AUTO, switch
+
+# The values this float64 engine implements, from the switch table (pldr_ref.switches).
+LAYOUTS = switch("rope_layout").implemented_by("float64")
+PRECISIONS = switch("rope_precision").implemented_by("float64")
+#: Table sources (``PLDRConfig.rope_table`` once ``auto`` is resolved): real angles, the float32 torchtune /
+#: keras-nlp table (every step correctly rounded), keras-nlp 0.6.4's formula in float64, or an explicit user
+#: table (:class:`RopeTable`).
+TABLE_SOURCES = tuple(v for v in switch("rope_table").implemented_by("float64") if v != AUTO)
+#: Rotation arithmetic (``PLDRConfig.rope_arithmetic`` once ``auto`` is resolved): see :func:`rotate_pairs`.
+ARITHMETICS = tuple(v for v in switch("rope_arithmetic").implemented_by("float64") if v != AUTO)
 
 
 def _framework_array(value: object, what: str) -> np.ndarray:
@@ -161,7 +165,7 @@ def rope_frequencies(d_k: int, base: float, precision: str = "exact") -> np.ndar
         powers = np.array([math.pow(float(base), float(e)) for e in exps])
         return 1.0 / powers
     if precision != "exact":
-        raise ValueError(f"rope precision must be one of {(*PRECISIONS, 'keras-0.6.4')}, got {precision!r}")
+        raise switch("rope_table").error(precision, allowed=tuple(v for v in TABLE_SOURCES if v != "explicit"))
     return np.power(float(base), -np.arange(0, d_k, 2, dtype=np.float64) / d_k)
 
 
@@ -208,7 +212,7 @@ def rotate_pairs(
     elif arithmetic == "float64":
         cos, sin = np.asarray(cos, dtype=np.float64), np.asarray(sin, dtype=np.float64)
     else:
-        raise ValueError(f"rope arithmetic must be one of {ARITHMETICS}, got {arithmetic!r}")
+        raise switch("rope_arithmetic").error(arithmetic, allowed=ARITHMETICS)
     return (x1 * cos - x2 * sin).astype(np.float64), (x2 * cos + x1 * sin).astype(np.float64)
 
 
@@ -218,7 +222,7 @@ def _pairs(x: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
         return x[..., 0::2], x[..., 1::2]
     if layout == "half":
         return x[..., :half], x[..., half:]
-    raise ValueError(f"rope layout must be one of {LAYOUTS}, got {layout!r}")
+    raise switch("rope_layout").error(layout, allowed=LAYOUTS)
 
 
 def _unpairs(y1: np.ndarray, y2: np.ndarray, layout: str) -> np.ndarray:

@@ -286,5 +286,5 @@ def test_bad_inputs_raise_clear_errors() -> None:
         exact_op("apply_rope", np.zeros((1, 3, 4)), np.arange(2))
     with pytest.raises(ValueError, match="must be > 0"):
         exact_op("potential_tensor", np.zeros((1, 1, 2, 2)), np.ones((1, 2, 2)))
-    with pytest.raises(ValueError, match="rope layout"):
+    with pytest.raises(ValueError, match="rope_layout"):
         exact_op("apply_rope", np.zeros((1, 2, 4)), np.arange(2), layout="diagonal")

@@ -1,5 +1,8 @@
 """Issue 12: every switch value has a golden case the harness uses to tell it apart from a wrong value.
 
+The switches and their values come from the switch table (:mod:`pldr_ref.switches`): a value added there is
+covered here without editing this file (its case and mutant are generated when no hand-written one exists).
+
 The switch cases (:mod:`pldr_ref.fixtures.suite_switches`) are built once into a temporary folder; the float64
 reference passes each of them, and each switch mutant (:mod:`pldr_ref.harness.switch_mutants`) fails its case.
 """
@@ -14,8 +17,9 @@ from pldr_ref.config import EMULATIONS
 from pldr_ref.fixtures.build import build, verify
 from pldr_ref.fixtures.case import load_case
 from pldr_ref.fixtures.suite import build_suite
-from pldr_ref.harness.switch_mutants import SWITCH_MUTATIONS, mutant_backend
+from pldr_ref.harness.switch_mutants import all_mutations, mutant_backend
 from pldr_ref.harness.validate import validate_case
+from pldr_ref.switches import ENGINE_SWITCHES, SWITCHES
 
 
 @pytest.fixture(scope="module")
@@ -25,33 +29,33 @@ def switch_golden(tmp_path_factory):
     return root
 
 
+def _seen_values(configs) -> set[tuple[str, str]]:
+    """(switch, value) pairs the configs exercise, the RoPE table source and arithmetic taken as in effect."""
+    seen = {(sw.name, getattr(c, sw.name)) for c in configs for sw in SWITCHES}
+    seen |= {("rope_table", c.rope_table_source) for c in configs}
+    seen |= {("rope_arithmetic", c.rope_arithmetic_dtype) for c in configs}
+    return seen
+
+
+def _missing_values(configs) -> list[tuple[str, str]]:
+    """Every value of every engine switch of the table that no config exercises (``auto`` resolves to a concrete
+    value; a value the table marks uncased runs a user's callable that no stored case can carry)."""
+    seen = _seen_values(configs)
+    return [(sw.name, v) for sw in SWITCHES if sw.name in ENGINE_SWITCHES for v in sw.concrete
+            if (sw.name, v) not in seen and v not in sw.uncased]
+
+
 def test_every_switch_value_and_profile_has_a_case() -> None:
     names = {s.name for s in build_suite("full") if "switch" in s.tags}
     for profile in EMULATIONS:
         assert f"model/emulate_{profile.replace('-', '_')}" in names
     configs = [s.config for s in build_suite("full") if s.config is not None]
-    seen = {(f, getattr(c, f)) for c in configs for f in ("rope_table", "rope_arithmetic", "score_scale",
-                                                         "mask_add_dtype", "softmax_precision", "masked_row",
-                                                         "pad_source")}
-    seen |= {("rope_table", c.rope_table_source) for c in configs}
-    seen |= {("rope_arithmetic", c.rope_arithmetic_dtype) for c in configs}
-    from pldr_ref.config import (
-        MASK_ADD_DTYPES,
-        MASKED_ROWS,
-        PAD_SOURCES,
-        ROPE_ARITHMETICS,
-        ROPE_TABLES,
-        SCORE_SCALES,
-        SOFTMAX_PRECISIONS,
-    )
-
-    for field, values in (("rope_table", ROPE_TABLES), ("rope_arithmetic", ROPE_ARITHMETICS),
-                          ("score_scale", SCORE_SCALES), ("mask_add_dtype", MASK_ADD_DTYPES),
-                          ("softmax_precision", SOFTMAX_PRECISIONS), ("masked_row", MASKED_ROWS),
-                          ("pad_source", PAD_SOURCES)):
-        # softmax_precision="explicit" runs a user's kernel (a callable): no stored case can carry it
-        missing = [v for v in values if (field, v) not in seen and (field, v) != ("softmax_precision", "explicit")]
-        assert not missing, (field, missing)
+    assert not _missing_values(configs)
+    # negative control: without the switch cases, the emulation values they alone exercise are reported missing
+    plain = [s.config for s in build_suite("full") if s.config is not None and "switch" not in s.tags]
+    missing = _missing_values(plain)
+    assert ("score_scale", "reciprocal") in missing and ("masked_row", "nan") in missing
+    assert all(name in ENGINE_SWITCHES for name, _ in missing)
 
 
 def test_switch_cases_verify(switch_golden) -> None:
@@ -63,7 +67,7 @@ def test_nan_case_really_holds_nan(switch_golden) -> None:
     assert np.isnan(case.outputs["logits"][0]).all() and np.isfinite(case.outputs["logits"][1]).all()
 
 
-@pytest.mark.parametrize("mutation", SWITCH_MUTATIONS, ids=lambda m: m.name)
+@pytest.mark.parametrize("mutation", all_mutations(), ids=lambda m: m.name)
 def test_switch_mutant_fails_and_reference_passes(switch_golden, mutation) -> None:
     group = "cache" if mutation.switch == "mode" else "model"
     case = load_case(switch_golden / group / mutation.case)
@@ -74,5 +78,5 @@ def test_switch_mutant_fails_and_reference_passes(switch_golden, mutation) -> No
 
 def test_every_switch_case_has_a_mutant() -> None:
     cases = {s.name.split("/", 1)[1] for s in build_suite("full") if "switch" in s.tags}
-    covered = {m.case for m in SWITCH_MUTATIONS}
+    covered = {m.case for m in all_mutations()}
     assert {c for c in cases if c.startswith("switch_")} == covered

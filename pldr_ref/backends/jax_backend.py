@@ -29,9 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from pldr_ref.harness.protocol import DEFAULT_EMULATION_SWITCHES, Capabilities, StageRequest, Unsupported
+from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
 from pldr_ref.params import FIXED_G_KEY, Params
 from pldr_ref.registry import ALL_STAGES
+from pldr_ref.switches import declared_switches
 
 #: Harness dtype names this backend computes in.
 JAX_DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -111,7 +112,7 @@ class JaxBackend:
         """Four dtypes; forward, decoder_layer and op kinds; every stage; KV / G cache hooks of layer cases."""
         return Capabilities(dtypes=JAX_DTYPES, kinds=("forward", "decoder_layer", *OP_KINDS),
                             stages=tuple(s.name for s in ALL_STAGES), caches=("kv", "g"),
-                            switches=DEFAULT_EMULATION_SWITCHES)
+                            switches=declared_switches("jax"))
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         """Outputs of a fixture case (golden names) computed in ``dtype``."""

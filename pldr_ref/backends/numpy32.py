@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from pldr_ref.harness.protocol import DEFAULT_EMULATION_SWITCHES, Capabilities, Unsupported
+from pldr_ref.harness.protocol import Capabilities, Unsupported
 from pldr_ref.params import FIXED_G_KEY, Params
+from pldr_ref.switches import declared_switches
 
 F32 = np.float32
 
@@ -91,7 +92,7 @@ class Numpy32Backend:
     def capabilities(self) -> Capabilities:
         """float32; forward and decoder_layer cases; KV/G hooks of layer cases; no isolated stages."""
         return Capabilities(dtypes=("float32",), kinds=("forward", "decoder_layer"), caches=("kv", "g"),
-                            switches=DEFAULT_EMULATION_SWITCHES)
+                            switches=declared_switches("numpy32"))
 
     def params(self, params: Params) -> dict[str, np.ndarray]:
         """Every parameter rounded to float32 (cached per Params object)."""

@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
-from pldr_ref.harness.protocol import DEFAULT_EMULATION_SWITCHES, Capabilities, Unsupported
+from pldr_ref.harness.protocol import Capabilities, Unsupported
 from pldr_ref.params import Params
+from pldr_ref.switches import declared_switches
 
 #: ONNX tensor element type name (as ONNX Runtime spells it) -> harness dtype.
 ORT_DTYPES = {"tensor(double)": "float64", "tensor(float)": "float32", "tensor(float16)": "float16",
@@ -148,7 +149,7 @@ class OnnxModel:
 
 
 def _capabilities(dtype: str, full_trace: bool) -> Capabilities:
-    return Capabilities(dtypes=(dtype,), kinds=("forward",), switches=DEFAULT_EMULATION_SWITCHES,
+    return Capabilities(dtypes=(dtype,), kinds=("forward",), switches=declared_switches("onnx"),
                         full_trace=full_trace)
 
 
@@ -188,7 +189,7 @@ class OnnxExportBackend:
 
     def capabilities(self) -> Capabilities:
         """float32 and float16 exports; forward cases; the full trace."""
-        return Capabilities(dtypes=("float32", "float16"), kinds=("forward",), switches=DEFAULT_EMULATION_SWITCHES)
+        return Capabilities(dtypes=("float32", "float16"), kinds=("forward",), switches=declared_switches("onnx"))
 
     def model_for(self, params: Params, dtype: str) -> OnnxModel:
         """The exported (and, for a mutant, rewritten) model of ``params``' config, cached per Params object."""

@@ -38,9 +38,10 @@ import numpy as np
 
 from pldr_ref.backends.torch_cases import GENERATION_MODES, HF_IGNORE_INDEX, TorchCases
 from pldr_ref.backends.torch_math import TorchMath
-from pldr_ref.harness.protocol import DEFAULT_EMULATION_SWITCHES, Capabilities, StageRequest, Unsupported
+from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
 from pldr_ref.params import FIXED_G_KEY, Params
 from pldr_ref.registry import ALL_STAGES, op_kinds
+from pldr_ref.switches import declared_switches
 
 #: Every op kind of the fixture suite that this backend runs (plus ``decoder_layer``, ``forward``).
 OP_KINDS = op_kinds("op")
@@ -98,7 +99,7 @@ class TorchBackend(TorchCases, TorchMath):
             kinds=(*OP_KINDS, "decoder_layer", "forward", "cached_generation", *SCORING_KINDS),
             stages=STAGE_NAMES,
             caches=("kv", "g"),
-            switches=DEFAULT_EMULATION_SWITCHES,  # the issue-12 emulation switches are not implemented here
+            switches=declared_switches("torch"),  # the issue-12 emulation switches are not implemented here
         )
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:

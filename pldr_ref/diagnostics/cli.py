@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pldr_ref.config import ROPE_LAYOUTS
 from pldr_ref.constants import ROPE_BASE
 from pldr_ref.diagnostics.report import document, markdown, write_json, write_markdown
 from pldr_ref.diagnostics.twirl import DEFAULT_SEQ_LENS
@@ -47,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--file", help="G_LM [L, H, d_k, d_k] as .npz (key G_LM) or .npy; default: the bundled "
                                   "trained PLDRv51-110M-1 tensor")
     g.add_argument("--rope-base", type=float, default=ROPE_BASE, help="RoPE base (recorded; default 10000)")
-    g.add_argument("--layout", choices=("interleaved", "half"), default="interleaved", help="RoPE plane pairing")
+    g.add_argument("--layout", choices=ROPE_LAYOUTS, default="interleaved", help="RoPE plane pairing")
     _outputs(g)
     g.set_defaults(func=run_g_lm)
     m = sub.add_parser("model", help="the model sections on a preset's random init or a checkpoint")

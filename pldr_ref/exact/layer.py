@@ -19,12 +19,14 @@ from pldr_ref.exact import plga
 from pldr_ref.exact.numbers import mpf_exact, round_to_float32
 from pldr_ref.exact.ops import Matrix, affine, glu, layer_norm, masked_logit, softmax_row, vecmat
 from pldr_ref.exact.rope import RopeTables, rotate, round_to_float64
+from pldr_ref.switches import require_engine_support, switch
 
 
 class LayerConstants:
     """The layer's scalar constants as exact binary64 values (eps, eps_adj, mask values) and 1/sqrt(d_k)."""
 
     def __init__(self, config: PLDRConfig) -> None:
+        require_engine_support("mpmath", config)  # a switch value the table says this tier lacks: refused by name
         self.eps = mpf_exact(config.eps_ln)
         self.eps_adj = mpf_exact(config.eps_adj)
         self.mask_value = mpf_exact(config.mask_value)
@@ -41,7 +43,7 @@ def score_scale_factor(d_k: int, scale: str) -> mpf:
         return 1 / round_to_float32(mpmath.sqrt(d_k))
     if scale == "reciprocal":
         return round_to_float64(1 / round_to_float64(mpmath.sqrt(d_k)))
-    raise ValueError(f"score_scale must be one of ('exact', 'float32', 'reciprocal'), got {scale!r}")
+    raise switch("score_scale").error(scale, allowed=switch("score_scale").implemented_by("mpmath"))
 
 
 def switch_masked_logit(score: mpf, masked: bool, config: PLDRConfig, k: LayerConstants) -> mpf:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import mpmath
 from mpmath import mpf
 
+from pldr_ref.switches import switch
+
 Vector = list[mpf]
 Matrix = list[list[mpf]]
 
@@ -138,7 +140,7 @@ def masked_logit(score: mpf, masked: bool, mode: str, mask_value: mpf, finfo_min
         return mpmath.fadd(score, mask_value, exact=True)
     if mode == "finfo_min":
         return mpmath.fadd(score, finfo_min, exact=True)
-    raise ValueError(f"mask_mode must be one of ('ideal', 'additive', 'finfo_min'), got {mode!r}")
+    raise switch("mask_mode").error(mode, allowed=switch("mask_mode").implemented_by("mpmath"))
 
 
 def causal_padding_mask(query_positions: list[int], key_positions: list[int],

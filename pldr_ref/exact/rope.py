@@ -28,11 +28,12 @@ from mpmath import mpf
 
 from pldr_ref.exact.numbers import mpf_exact, round_mpf, round_to_float32
 from pldr_ref.exact.ops import Vector
+from pldr_ref.switches import AUTO, switch
 
-LAYOUTS = ("interleaved", "half")
-PRECISIONS = ("exact", "float32")
+LAYOUTS = switch("rope_layout").implemented_by("mpmath")
+PRECISIONS = switch("rope_precision").implemented_by("mpmath")
 #: Table sources of the exact tier (``PLDRConfig.rope_table``; ``explicit`` reads a given table).
-TABLE_SOURCES = ("exact", "float32", "keras-0.6.4", "explicit")
+TABLE_SOURCES = tuple(v for v in switch("rope_table").implemented_by("mpmath") if v != AUTO)
 #: Rotation arithmetic: real (``exact`` / ``float64``: exact arithmetic, one rounding per output),
 #: ``float32`` (RN32 per step), ``float64_qk_f32`` (x = RN32(x), then real arithmetic).
 ARITHMETICS = ("exact", "float64", "float32", "float64_qk_f32")
@@ -51,7 +52,7 @@ def rope_table(position: int, d_k: int, base: float, precision: str) -> tuple[Ve
     binary64 angle are real numbers.
     """
     if precision not in TABLE_SOURCES or precision == "explicit":
-        raise ValueError(f"rope table source must be one of {TABLE_SOURCES[:3]}, got {precision!r}")
+        raise switch("rope_table").error(precision, allowed=tuple(v for v in TABLE_SOURCES if v != "explicit"))
     if d_k % 2:
         raise ValueError(f"RoPE needs an even d_k, got {d_k}")
     b = mpf_exact(base)
@@ -87,7 +88,7 @@ def pair_indices(d_k: int, layout: str) -> list[tuple[int, int]]:
         return [(2 * i, 2 * i + 1) for i in range(half)]
     if layout == "half":
         return [(i, i + half) for i in range(half)]
-    raise ValueError(f"rope layout must be one of {LAYOUTS}, got {layout!r}")
+    raise switch("rope_layout").error(layout, allowed=LAYOUTS)
 
 
 def rotate(x: Vector, cos: Vector, sin: Vector, layout: str, precision: str) -> Vector:

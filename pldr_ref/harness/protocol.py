@@ -33,8 +33,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from pldr_ref.config import EMULATION_SWITCHES, PLDRConfig, switch_defaults
+from pldr_ref.config import G_MODES, PLDRConfig, switch_defaults
 from pldr_ref.params import Params
+from pldr_ref.switches import ENGINE_SWITCHES
 
 #: Every dtype name the harness knows (backend outputs are compared with ULPs in that dtype).
 DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -42,16 +43,15 @@ DTYPES = ("float64", "float32", "bfloat16", "float16")
 #: Cache features a backend may declare: KV-cache steps and G-cache steps (spec §8).
 CACHE_FEATURES = ("kv", "g")
 
-#: Config switches whose values a backend declares (PLDRConfig field -> values), spec §11.
-SWITCHES = ("rope_layout", "rope_precision", "mask_mode", "embed_scale_precision", "metric_learner", "g_mode",
-            "gram_mode",
-            # issue 12 emulation switches (a backend that does not implement one should declare its default)
-            *EMULATION_SWITCHES)
+#: Config switches whose values a backend declares (PLDRConfig field -> values), spec §11: every switch of the
+#: switch table (:mod:`pldr_ref.switches`) that an engine computes with (all but ``init_scheme``).
+SWITCHES = ENGINE_SWITCHES
 
 #: The issue-12 emulation switches at the values a backend computes when it implements none of them
 #: (float64 table and rotation, exact scale, mask added and softmax taken in the compute dtype, masked rows
 #: as the arithmetic gives them, pads from the token id).  A backend that implements none declares these,
-#: so the switch cases are reported unsupported for it instead of failing.
+#: so the switch cases are reported unsupported for it instead of failing.  The bundled backends declare
+#: theirs from the switch table (:func:`pldr_ref.switches.declared_switches`).
 DEFAULT_EMULATION_SWITCHES: dict[str, tuple[str, ...]] = {k: (v,) for k, v in switch_defaults().items()}
 
 
@@ -99,8 +99,6 @@ class Capabilities:
     @property
     def g_modes(self) -> tuple[str, ...]:
         """The G modes the backend supports (``switches["g_mode"]``, else every mode)."""
-        from pldr_ref.config import G_MODES
-
         return tuple(self.switches.get("g_mode", G_MODES))
 
     def to_dict(self) -> dict[str, Any]:

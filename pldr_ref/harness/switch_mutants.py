@@ -20,8 +20,11 @@ import numpy as np
 
 from pldr_ref.backends.reference import ReferenceBackend
 from pldr_ref.config import ROPE_PRECISIONS
+from pldr_ref.fixtures.suite import build_suite
+from pldr_ref.fixtures.suite_switches import TABLE_TAG
 from pldr_ref.harness.protocol import StageRequest
 from pldr_ref.params import Params
+from pldr_ref.switches import ENGINE_SWITCHES, SWITCHES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +121,27 @@ SWITCH_MUTATIONS: tuple[SwitchMutation, ...] = (
     SwitchMutation("hf-generate-4x-positions-for-5x", "mode", "hf-generate-4.x", "switch_hf_generate_left_padded_5x",
                    "transformers 4.x's left-pad positions (pads at 1) where 5.x puts them at 0"),
 )
+
+
+def table_mutations(suite: str = "full") -> tuple[SwitchMutation, ...]:
+    """One mutation per case generated from the switch table (:func:`pldr_ref.fixtures.suite_switches.table_cases`):
+    its one non-default switch put back at the default.  None on today's table (every value has a hand-written
+    case)."""
+    out = []
+    for spec in build_suite(suite):
+        if TABLE_TAG not in spec.tags:
+            continue
+        (sw,) = [s for s in SWITCHES if s.name in ENGINE_SWITCHES and getattr(spec.config, s.name) != s.default]
+        short = spec.name.split("/", 1)[1]
+        value = getattr(spec.config, sw.name)
+        out.append(SwitchMutation(f"{short}-at-default", sw.name, sw.default, short,
+                                  f"{sw.name}={value!r} computed at the default {sw.default!r}"))
+    return tuple(out)
+
+
+def all_mutations(suite: str = "full") -> tuple[SwitchMutation, ...]:
+    """The hand-written mutations and those of the table's generated cases."""
+    return SWITCH_MUTATIONS + table_mutations(suite)
 
 
 def mutant_backend(mutation: SwitchMutation) -> SwitchMutant:

@@ -24,7 +24,7 @@ from typing import Any
 import flint
 import numpy as np
 
-from pldr_ref.config import EMULATION_SWITCHES, PLDRConfig, switch_defaults
+from pldr_ref.config import PLDRConfig
 from pldr_ref.constants import FINFO_MIN_F64
 from pldr_ref.exact.arb import stages as st
 from pldr_ref.exact.arb.balls import accuracy_bits, ball, balls
@@ -32,6 +32,7 @@ from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, PREC_STEP, Certified, Stage
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import LayerParams, Params
+from pldr_ref.switches import pinned_values
 
 #: Vocabulary rows of the LM head multiplied per ``arb_mat`` product (bounds the memory of one block).
 LM_HEAD_BLOCK = 4096
@@ -195,9 +196,9 @@ def forward_stages(params: Params, ids: np.ndarray, *, start_pos: int, key_paddi
     yield "logits", lm_head(params, x), False, rn32.undecided > 0
 
 
-#: Emulation switches (issue 12) that the arb engine evaluates only at these values.
-#: (pad_source is resolved before the engine runs, so every value of it is supported.)
-ARB_SWITCH_VALUES = switch_defaults(tuple(n for n in EMULATION_SWITCHES if n != "pad_source"))
+#: Switches that the arb engine evaluates at one value only, with that value (from the switch table,
+#: :mod:`pldr_ref.switches`: the issue-12 emulation switches but pad_source, which is resolved before the engine runs).
+ARB_SWITCH_VALUES = pinned_values("arb")
 
 
 def check_arb_supports(config: PLDRConfig) -> None:

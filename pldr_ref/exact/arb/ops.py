@@ -21,6 +21,7 @@ from pldr_ref.exact.arb.balls import balls
 from pldr_ref.exact.arb.model import UncertifiedError
 from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, DEFAULT_PREC, Certified, Stages, certify
 from pldr_ref.params import GLUParams
+from pldr_ref.switches import switch
 
 #: An op returns (balls, nonneg, special): ``special`` is None or a float64 array, NaN where the ball
 #: value is used and the exact value elsewhere (e.g. -inf of a masked logit).
@@ -104,8 +105,7 @@ def _attention_scores(q_rot: Any, g_lm: Any, k_rot: Any, *, rn32: st.Float32Roun
 def _apply_mask(scores: Any, mask: Any, mode: str, mask_value: float = MASK_VALUE, *,
                 rn32: st.Float32Rounder) -> OpResult:
     s = _f64(scores)
-    if mode not in ("ideal", "additive", "finfo_min"):
-        raise ValueError(f"mask_mode must be one of ('ideal', 'additive', 'finfo_min'), got {mode!r}")
+    switch("mask_mode").check(mode, allowed=switch("mask_mode").implemented_by("arb"))
     sb = balls(s)
     if mask is None:
         return sb, False, None

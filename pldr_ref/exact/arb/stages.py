@@ -30,6 +30,7 @@ from pldr_ref.exact.arb.balls import (
     round_ball_to_float32,
 )
 from pldr_ref.params import GLUParams, LayerParams, NormParams, ResUnitParams
+from pldr_ref.switches import switch
 
 
 class NeedPrecisionError(ArithmeticError):
@@ -142,7 +143,7 @@ def rope_tables(positions: Sequence[int], d_k: int, base: float, precision: str,
         return np.vectorize(lambda v: v.cos(), otypes=[object])(phi), np.vectorize(lambda v: v.sin(),
                                                                                    otypes=[object])(phi)
     if precision != "float32":
-        raise ValueError(f"rope precision must be one of ('exact', 'float32'), got {precision!r}")
+        raise switch("rope_precision").error(precision, allowed=switch("rope_precision").implemented_by("arb"))
     e = rn32(i2 / d_k)
     pw = rn32(np.vectorize(lambda v: (v * log_base).exp(), otypes=[object])(e))
     omega = rn32(ONE / pw)
@@ -163,7 +164,7 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, pre
     elif layout == "half":
         ia, ib = np.arange(d_k // 2), np.arange(d_k // 2, d_k)
     else:
-        raise ValueError(f"rope layout must be one of ('interleaved', 'half'), got {layout!r}")
+        raise switch("rope_layout").error(layout, allowed=switch("rope_layout").implemented_by("arb"))
     if precision == "float32":
         x = rn32(x)
         xa, xb = x[..., ia], x[..., ib]
@@ -284,8 +285,7 @@ def masked_softmax(scores: np.ndarray, mask: np.ndarray | None, mode: str, mask_
     softmax of its scores exactly: the constant is left out there (added and then cancelled in ball
     arithmetic, finfo.min ~ 2^1024 would widen every ball of the row by 2^(1024 - prec)).
     """
-    if mode not in ("ideal", "additive", "finfo_min"):
-        raise ValueError(f"mask_mode must be one of ('ideal', 'additive', 'finfo_min'), got {mode!r}")
+    switch("mask_mode").check(mode, allowed=switch("mask_mode").implemented_by("arb"))
     m = np.zeros(scores.shape, dtype=bool) if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool),
                                                                                 scores.shape)
     logits = scores
