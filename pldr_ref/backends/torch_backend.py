@@ -51,6 +51,13 @@ SCORING_KINDS = op_kinds("scoring")
 
 STAGE_NAMES = tuple(s.name for s in ALL_STAGES)
 
+#: Every fixture kind this backend runs (:meth:`TorchBackend.capabilities`).
+KINDS = (*OP_KINDS, "decoder_layer", "forward", "cached_generation", *SCORING_KINDS)
+
+#: Registry ops (fixture kinds) and stages this backend does not implement: name -> why (none).
+UNSUPPORTED_KINDS: dict[str, str] = {}
+UNSUPPORTED_STAGES: dict[str, str] = {}
+
 #: Registry stage name -> Stage.
 STAGES_BY_NAME = {s.name: s for s in ALL_STAGES}
 
@@ -59,6 +66,89 @@ PARAMS_CACHE_SIZE = 4
 
 #: Trace entries of one layer, in forward order (the golden names ``layers.{l}.{entry}``).
 LAYER_ENTRIES = LAYER_STAGES
+
+
+class StageWeights:
+    """The parameters a stage reads, by name relative to its layer (``mha1.wq.weight``) or, for a model-level
+    stage, by full name (``decoder.layernorm1.weight``)."""
+
+    def __init__(self, P: Mapping[str, Any], prefix: str) -> None:
+        self.all, self.prefix = P, prefix
+
+    def __call__(self, name: str) -> Any:
+        return self.all[f"{self.prefix}{name}"]
+
+    def get(self, name: str) -> Any:
+        """An optional parameter (a bias), or None."""
+        return self.all.get(f"{self.prefix}{name}")
+
+
+class StageExtras:
+    """The optional values of a stage request beyond the stage's registry inputs (the mask, a cumulative Gram's
+    offset, the keys of the density operator's row hook, the sequence-mask call arguments)."""
+
+    def __init__(self, backend: TorchBackend, inputs: Mapping[str, np.ndarray], dt: Any) -> None:
+        self.backend, self.inputs, self.dt = backend, inputs, dt
+
+    def tensor(self, name: str) -> Any:
+        """The input as a tensor in the compute dtype, or None when the request lacks it."""
+        return self.backend.tensor(self.inputs[name], self.dt) if name in self.inputs else None
+
+    def mask(self) -> Any:
+        """The boolean mask (True = forbidden), or None."""
+        return self.backend.tensor(self.inputs["mask"]).bool() if "mask" in self.inputs else None
+
+    def raw(self, name: str, default: Any = None) -> Any:
+        """The input as given (a NumPy value), or ``default``."""
+        return self.inputs.get(name, default)
+
+
+def _sequence_mask(b: TorchBackend, w: StageWeights, c: Any, extra: StageExtras, ids: Any) -> tuple[Any, Any]:
+    positions = b.call_positions(int(extra.raw("start_pos", 0)), ids.shape[1])
+    pad = b.key_padding(ids, c, extra.raw("attention_mask"), bool(extra.raw("pad_masking", True)))
+    return positions, b.causal_padding_mask(positions, positions, pad)
+
+
+def _density_operator(b: TorchBackend, w: StageWeights, c: Any, extra: StageExtras, q_rot: Any) -> tuple[Any]:
+    k_rot = extra.tensor("k_rot")
+    k_new = None if k_rot is None else k_rot[:, :, -q_rot.shape[2]:]
+    return (b.gram(b.gram_rows(q_rot, k_new), c, extra.tensor("gram_offset")),)
+
+
+def _post_norm(norm: str) -> Any:
+    def run(b: TorchBackend, w: StageWeights, c: Any, extra: StageExtras, y: Any, x: Any) -> tuple[Any]:
+        return (b.layer_norm(b.residual(y, x), w(f"{norm}.weight"), w(f"{norm}.bias"), c.eps_ln),)
+    return run
+
+
+#: Registry stage -> its torch computation ``runner(backend, weights, config, extras, *inputs)``: ``inputs`` are
+#: the stage's registry inputs (``Stage.inputs``, in order, as tensors in the compute dtype); it returns the
+#: stage's outputs in ``Stage.outputs`` order.  Every registry stage has an entry (``tests/test_engine_registry.py``).
+STAGE_RUNNERS: dict[str, Any] = {
+    "sequence_mask": _sequence_mask,
+    "embedding": lambda b, w, c, extra, ids: (b.embed(w.all, c, ids),),
+    "input_norm": lambda b, w, c, extra, embed: (
+        b.layer_norm(embed, w("decoder.layernorm1.weight"), w("decoder.layernorm1.bias"), c.eps_ln),),
+    "qkv_projection": lambda b, w, c, extra, x: tuple(
+        b.split_heads(b.linear(x, w(f"mha1.{p}.weight"), w.get(f"mha1.{p}.bias")), c.num_heads)
+        for p in ("wq", "wk", "wv")),
+    "rope": lambda b, w, c, extra, q, k, positions: (b.rope(q, positions, c), b.rope(k, positions, c)),
+    "density_operator": _density_operator,
+    "metric_learner": lambda b, w, c, extra, a0: (b.metric_learner(w.all, w.prefix, a0, c),),
+    "metric_tensor": lambda b, w, c, extra, a: (
+        b.metric_tensor(a, w("mha1.plgatt_layer.Wlst"), w("mha1.plgatt_layer.blst"), c.eps_adj),),
+    "potential_tensor": lambda b, w, c, extra, a_lm: (b.potential_tensor(a_lm, w("mha1.plgatt_layer.pwlst")),),
+    "energy_curvature": lambda b, w, c, extra, a_p: (
+        b.energy_curvature(a_p, w("mha1.plgatt_layer.alst"), w("mha1.plgatt_layer.balst")),),
+    "attention_scores": lambda b, w, c, extra, q_rot, g_lm, k_rot: (b.attention_scores(q_rot, g_lm, k_rot),),
+    "masked_softmax": lambda b, w, c, extra, scores: (b.softmax(b.apply_mask(scores, extra.mask(), c)),),
+    "value_mix": lambda b, w, c, extra, e, v: (b.merge_heads(b.mix_values(e, v)),),
+    "output_projection": lambda b, w, c, extra, ctx: (b.linear(ctx, w("mha1.dense.weight"), w.get("mha1.dense.bias")),),
+    "post_attention_norm": _post_norm("layernorm1"),
+    "ffn": lambda b, w, c, extra, out1: (b.glu(out1, w.all, f"{w.prefix}ffn."),),
+    "post_ffn_norm": _post_norm("layernorm2"),
+    "lm_head": lambda b, w, c, extra, hidden: (b.lm_head(w.all, hidden),),
+}
 
 
 def import_torch() -> Any:
@@ -82,6 +172,9 @@ class TorchBackend(TorchCases, TorchMath):
 
     name = "torch"
 
+    #: Registry stage -> its computation (:data:`STAGE_RUNNERS`; a fused-kernel subclass replaces entries).
+    stage_runners: Mapping[str, Any] = STAGE_RUNNERS
+
     def __init__(self, device: str | None = None, num_threads: int | None = None) -> None:
         torch = import_torch()
         self.torch = torch
@@ -98,7 +191,7 @@ class TorchBackend(TorchCases, TorchMath):
         """All dtypes, every fixture kind, every stage in isolation, KV and G caches, every switch."""
         return Capabilities(
             dtypes=("float64", "float32", "bfloat16", "float16"),
-            kinds=(*OP_KINDS, "decoder_layer", "forward", "cached_generation", *SCORING_KINDS),
+            kinds=KINDS,
             stages=STAGE_NAMES,
             caches=("kv", "g"),
             switches=DEFAULT_EMULATION_SWITCHES,  # the issue-12 emulation switches are not implemented here
@@ -128,10 +221,10 @@ class TorchBackend(TorchCases, TorchMath):
 
     def run_stage(self, request: StageRequest) -> dict[str, np.ndarray]:
         """One stage from golden upstream values (see :class:`~pldr_ref.harness.protocol.StageRequest`): the
-        stage's registry inputs (``Stage.inputs``) go to its entry of :data:`STAGE_RUNNERS`, whose results are
+        stage's registry inputs (``Stage.inputs``) go to its entry of :attr:`stage_runners`, whose results are
         named by the stage's registry outputs (``Stage.outputs``)."""
         stage = STAGES_BY_NAME.get(request.stage)
-        runner = STAGE_RUNNERS.get(request.stage)
+        runner = self.stage_runners.get(request.stage)
         if stage is None or runner is None:
             raise Unsupported(f"stage {request.stage!r} is not known to the torch backend")
         dt = self.dtype(request.dtype)
@@ -374,89 +467,6 @@ class TorchBackend(TorchCases, TorchMath):
         new_kv = {"layers": new_layers, "key_padding": all_pad}
         out_g = None if cumulative else (g_cache if g_cache is not None else new_g)
         return trace, new_kv, out_g
-
-
-class StageWeights:
-    """The parameters a stage reads, by name relative to its layer (``mha1.wq.weight``) or, for a model-level
-    stage, by full name (``decoder.layernorm1.weight``)."""
-
-    def __init__(self, P: Mapping[str, Any], prefix: str) -> None:
-        self.all, self.prefix = P, prefix
-
-    def __call__(self, name: str) -> Any:
-        return self.all[f"{self.prefix}{name}"]
-
-    def get(self, name: str) -> Any:
-        """An optional parameter (a bias), or None."""
-        return self.all.get(f"{self.prefix}{name}")
-
-
-class StageExtras:
-    """The optional values of a stage request beyond the stage's registry inputs (the mask, a cumulative Gram's
-    offset, the keys of the density operator's row hook, the sequence-mask call arguments)."""
-
-    def __init__(self, backend: TorchBackend, inputs: Mapping[str, np.ndarray], dt: Any) -> None:
-        self.backend, self.inputs, self.dt = backend, inputs, dt
-
-    def tensor(self, name: str) -> Any:
-        """The input as a tensor in the compute dtype, or None when the request lacks it."""
-        return self.backend.tensor(self.inputs[name], self.dt) if name in self.inputs else None
-
-    def mask(self) -> Any:
-        """The boolean mask (True = forbidden), or None."""
-        return self.backend.tensor(self.inputs["mask"]).bool() if "mask" in self.inputs else None
-
-    def raw(self, name: str, default: Any = None) -> Any:
-        """The input as given (a NumPy value), or ``default``."""
-        return self.inputs.get(name, default)
-
-
-def _sequence_mask(b: TorchBackend, w: StageWeights, c: Any, extra: StageExtras, ids: Any) -> tuple[Any, Any]:
-    positions = b.call_positions(int(extra.raw("start_pos", 0)), ids.shape[1])
-    pad = b.key_padding(ids, c, extra.raw("attention_mask"), bool(extra.raw("pad_masking", True)))
-    return positions, b.causal_padding_mask(positions, positions, pad)
-
-
-def _density_operator(b: TorchBackend, w: StageWeights, c: Any, extra: StageExtras, q_rot: Any) -> tuple[Any]:
-    k_rot = extra.tensor("k_rot")
-    k_new = None if k_rot is None else k_rot[:, :, -q_rot.shape[2]:]
-    return (b.gram(b.gram_rows(q_rot, k_new), c, extra.tensor("gram_offset")),)
-
-
-def _post_norm(norm: str) -> Any:
-    def run(b: TorchBackend, w: StageWeights, c: Any, extra: StageExtras, y: Any, x: Any) -> tuple[Any]:
-        return (b.layer_norm(b.residual(y, x), w(f"{norm}.weight"), w(f"{norm}.bias"), c.eps_ln),)
-    return run
-
-
-#: Registry stage -> its torch computation ``runner(backend, weights, config, extras, *inputs)``: ``inputs`` are
-#: the stage's registry inputs (``Stage.inputs``, in order, as tensors in the compute dtype); it returns the
-#: stage's outputs in ``Stage.outputs`` order.  Every registry stage has an entry (``tests/test_engine_registry.py``).
-STAGE_RUNNERS: dict[str, Any] = {
-    "sequence_mask": _sequence_mask,
-    "embedding": lambda b, w, c, extra, ids: (b.embed(w.all, c, ids),),
-    "input_norm": lambda b, w, c, extra, embed: (
-        b.layer_norm(embed, w("decoder.layernorm1.weight"), w("decoder.layernorm1.bias"), c.eps_ln),),
-    "qkv_projection": lambda b, w, c, extra, x: tuple(
-        b.split_heads(b.linear(x, w(f"mha1.{p}.weight"), w.get(f"mha1.{p}.bias")), c.num_heads)
-        for p in ("wq", "wk", "wv")),
-    "rope": lambda b, w, c, extra, q, k, positions: (b.rope(q, positions, c), b.rope(k, positions, c)),
-    "density_operator": _density_operator,
-    "metric_learner": lambda b, w, c, extra, a0: (b.metric_learner(w.all, w.prefix, a0, c),),
-    "metric_tensor": lambda b, w, c, extra, a: (
-        b.metric_tensor(a, w("mha1.plgatt_layer.Wlst"), w("mha1.plgatt_layer.blst"), c.eps_adj),),
-    "potential_tensor": lambda b, w, c, extra, a_lm: (b.potential_tensor(a_lm, w("mha1.plgatt_layer.pwlst")),),
-    "energy_curvature": lambda b, w, c, extra, a_p: (
-        b.energy_curvature(a_p, w("mha1.plgatt_layer.alst"), w("mha1.plgatt_layer.balst")),),
-    "attention_scores": lambda b, w, c, extra, q_rot, g_lm, k_rot: (b.attention_scores(q_rot, g_lm, k_rot),),
-    "masked_softmax": lambda b, w, c, extra, scores: (b.softmax(b.apply_mask(scores, extra.mask(), c)),),
-    "value_mix": lambda b, w, c, extra, e, v: (b.merge_heads(b.mix_values(e, v)),),
-    "output_projection": lambda b, w, c, extra, ctx: (b.linear(ctx, w("mha1.dense.weight"), w.get("mha1.dense.bias")),),
-    "post_attention_norm": _post_norm("layernorm1"),
-    "ffn": lambda b, w, c, extra, out1: (b.glu(out1, w.all, f"{w.prefix}ffn."),),
-    "post_ffn_norm": _post_norm("layernorm2"),
-    "lm_head": lambda b, w, c, extra, hidden: (b.lm_head(w.all, hidden),),
-}
 
 
 __all__ = ["GENERATION_MODES", "HF_IGNORE_INDEX", "OP_KINDS", "SCORING_KINDS", "STAGE_NAMES", "STAGE_RUNNERS",
