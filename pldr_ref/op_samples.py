@@ -12,6 +12,7 @@ float32 ulps (no overflow, no near-cancellation edges: those live in the golden 
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -55,6 +56,12 @@ SMALL_CONFIG = PLDRConfig(num_layers=2, num_heads=2, d_k=4, dff=5, A_dff=4, num_
                           vocab_size=11, max_seq_len=16)
 #: The small model with the TF-v900 metric learner (lift to 3, drop back to d_k).
 V900_CONFIG = SMALL_CONFIG.replace(metric_learner="v900", A_dff_depth=3)
+
+
+def draw(generator: SampleGenerator, seed_name: str) -> list[OpSample]:
+    """The samples of ``generator`` drawn from a generator seeded by ``seed_name`` (the op's name: the same
+    samples on every run and machine)."""
+    return generator(np.random.default_rng(zlib.crc32(seed_name.encode())))
 
 
 def sample_params(config: PLDRConfig, rng: np.random.Generator) -> Params:

@@ -18,10 +18,7 @@ one entry here plus its functions.
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from collections.abc import Callable
-
-import numpy as np
 
 import pldr_ref.op_samples as op_samples
 from pldr_ref import activations, attention, density, glu, layer, metric_learner, model, norms, plga, rope
@@ -129,9 +126,7 @@ class Op:
 
     def sample_cases(self) -> list[op_samples.OpSample]:
         """The op's sample cases, drawn from a generator seeded by the op's name (the same on every run)."""
-        if self.samples is None:
-            return []
-        return self.samples(np.random.default_rng(zlib.crc32(self.name.encode())))
+        return [] if self.samples is None else op_samples.draw(self.samples, self.name)
 
 
 OPS: tuple[Op, ...] = (

@@ -522,3 +522,18 @@ if __name__ == "__main__":
         if e.extra is None or missing(e.extra) is None:
             w, at = worst_error(e)
             print(f"{e.name:16s} rtol={e.tol[0]:g} atol={e.tol[1]:g}: worst error {w:.3g} x tolerance at {at}")
+
+
+def test_layer_trace_names_have_one_source():
+    """The 18 trace names of a layer are pldr_ref.layer.LAYER_STAGES in every engine (the decoder_layer samples
+    above check the names each engine returns against the float64 trace)."""
+    from pldr_ref.backends import numpy32
+    from pldr_ref.exact import layer as exact_layer
+    from pldr_ref.export import onnx_graph
+    from pldr_ref.layer import LAYER_STAGES
+
+    assert onnx_graph.LAYER_OUTPUTS is LAYER_STAGES
+    assert numpy32.LAYER_STAGES is LAYER_STAGES and exact_layer.LAYER_STAGES is LAYER_STAGES
+    for extra, module in (("torch", "pldr_ref.backends.torch_backend"), ("jax", "pldr_ref.backends.jax_backend")):
+        if missing(extra) is None:
+            assert __import__(module, fromlist=["x"]).LAYER_ENTRIES is LAYER_STAGES, module
