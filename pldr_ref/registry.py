@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+import pldr_ref.op_samples as op_samples
 from pldr_ref import activations, attention, density, glu, layer, metric_learner, model, norms, plga, rope
 from pldr_ref.config import PLDRConfig
 from pldr_ref.params import Params
@@ -162,7 +163,8 @@ class Op:
     function it evaluates (None when it is a composition); stage: the forward stage it implements;
     runner: name of its float64 runner in :mod:`pldr_ref.fixtures.runners`; exact: name of its exact op in
     :data:`pldr_ref.exact.op_api.OPS` (``"runner"``: an exact-tier runner of its own, None: no exact tier);
-    reference: paper / Lean reference.
+    reference: paper / Lean reference; samples: its sample generator (:mod:`pldr_ref.op_samples`: a few small
+    seeded cases, edge shapes first), run through every engine by ``tests/test_engine_registry.py``.
     """
 
     name: str
@@ -175,78 +177,94 @@ class Op:
     outputs: tuple[str, ...] = ("out",)
     exact: str | None = None
     reference: str = ""
+    samples: op_samples.SampleGenerator | None = None
 
     @property
     def single_stage(self) -> bool:
         """True for the op category (one stage: its naive run rounds inputs once)."""
         return self.category == "op"
 
+    def sample_cases(self) -> list[op_samples.OpSample]:
+        """The op's sample cases, drawn from a generator seeded by the op's name (the same on every run)."""
+        return [] if self.samples is None else op_samples.draw(self.samples, self.name)
+
 
 OPS: tuple[Op, ...] = (
-    Op("sigmoid", "op", ("z",), "run_sigmoid", activations.sigmoid, exact="sigmoid", reference="spec §2.3"),
-    Op("silu", "op", ("z",), "run_silu", activations.silu, "ffn", exact="silu", reference="spec §2.3"),
+    Op("sigmoid", "op", ("z",), "run_sigmoid", activations.sigmoid, exact="sigmoid", reference="spec §2.3",
+       samples=op_samples.pointwise),
+    Op("silu", "op", ("z",), "run_silu", activations.silu, "ffn", exact="silu", reference="spec §2.3",
+       samples=op_samples.pointwise),
     Op("iswiglu", "op", ("z",), "run_iswiglu", activations.iswiglu, "metric_tensor", exact="iswiglu",
-       reference="eq. 3.4; Lean Iswiglu"),
+       reference="eq. 3.4; Lean Iswiglu", samples=op_samples.pointwise),
     Op("layer_norm", "op", ("x", "gamma", "beta"), "run_layer_norm", norms.layer_norm, "input_norm", ("eps",),
-       exact="layer_norm", reference="spec §2.2; Lean LayerNorm"),
+       exact="layer_norm", reference="spec §2.2; Lean LayerNorm", samples=op_samples.layer_norm),
     Op("linear", "op", ("x", "weight", "bias?"), "run_linear", glu.linear, "qkv_projection", exact="linear",
-       reference="spec §2.4.1"),
+       reference="spec §2.4.1", samples=op_samples.linear),
     Op("glu", "op", ("x", "w1", "b1?", "w2", "b2?", "w3", "b3?"), "run_glu", glu.glu, "ffn", exact="glu",
-       reference="spec §2.3"),
+       reference="spec §2.3", samples=op_samples.glu),
     Op("apply_rope", "op", ("x", "positions"), "run_apply_rope", rope.apply_rope, "rope",
-       ("layout", "precision", "base"), exact="apply_rope", reference="Def. 4.3; Lean Rope"),
+       ("layout", "precision", "base"), exact="apply_rope", reference="Def. 4.3; Lean Rope",
+       samples=op_samples.apply_rope),
     Op("density_operator", "op", ("q_rot",), "run_density", density.density_operator, "density_operator",
-       exact="density_operator", reference="eq. 3.2; Lean DensityOperator"),
+       exact="density_operator", reference="eq. 3.2; Lean DensityOperator", samples=op_samples.density),
     Op("cumulative_density_operator", "op", ("q_rot",), "run_cumulative_density",
        density.cumulative_density_operator, "density_operator", exact="cumulative_density_operator",
-       reference="spec §11 (gram_mode cumulative)"),
+       reference="spec §11 (gram_mode cumulative)", samples=op_samples.density),
     Op("residual_unit", "op", ("a",), "run_residual_unit", metric_learner.residual_unit, "metric_learner",
-       ("layer", "unit"), exact="residual_unit", reference="eq. 3.3"),
+       ("layer", "unit"), exact="residual_unit", reference="eq. 3.3", samples=op_samples.residual_unit),
     Op("metric_learner_v500", "op", ("a0",), "run_metric_learner_v500", metric_learner.metric_learner_v500,
-       "metric_learner", ("layer",), exact="metric_learner_v500", reference="eq. 3.3, Prop. 3.11"),
+       "metric_learner", ("layer",), exact="metric_learner_v500", reference="eq. 3.3, Prop. 3.11",
+       samples=op_samples.metric_learner_v500),
     Op("metric_learner_v900", "op", ("a0",), "run_metric_learner_v900", metric_learner.metric_learner_v900,
-       "metric_learner", ("layer",), exact="metric_learner_v900", reference="spec §11 (TF v900)"),
+       "metric_learner", ("layer",), exact="metric_learner_v900", reference="spec §11 (TF v900)",
+       samples=op_samples.metric_learner_v900),
     Op("metric_learner", "op", ("a0",), "run_metric_learner", None, "metric_learner", ("layer",),
-       exact="runner", reference="eq. 3.3"),
+       exact="runner", reference="eq. 3.3", samples=op_samples.metric_learner),
     Op("metric_tensor", "op", ("a", "W", "b"), "run_metric_tensor", plga.metric_tensor, "metric_tensor",
-       ("eps_adj",), exact="metric_tensor", reference="eq. 3.4, Prop. 3.7"),
+       ("eps_adj",), exact="metric_tensor", reference="eq. 3.4, Prop. 3.7", samples=op_samples.metric_tensor),
     Op("potential_tensor", "op", ("a_lm", "P"), "run_potential_tensor", plga.potential_tensor, "potential_tensor",
-       exact="potential_tensor", reference="eq. 3.5; Lean HadamardPower"),
+       exact="potential_tensor", reference="eq. 3.5; Lean HadamardPower", samples=op_samples.potential_tensor),
     Op("energy_curvature", "op", ("a_p", "a", "b_a"), "run_energy_curvature", plga.energy_curvature,
-       "energy_curvature", exact="energy_curvature", reference="eq. 3.6; Lean RankOne"),
+       "energy_curvature", exact="energy_curvature", reference="eq. 3.6; Lean RankOne",
+       samples=op_samples.energy_curvature),
     Op("attention_scores", "op", ("q_rot", "g_lm", "k_rot"), "run_attention_scores", attention.attention_scores,
-       "attention_scores", exact="attention_scores", reference="eq. 3.7"),
+       "attention_scores", exact="attention_scores", reference="eq. 3.7", samples=op_samples.attention_scores),
     Op("causal_padding_mask", "op", ("query_positions", "key_positions", "key_padding?"),
-       "run_causal_padding_mask", attention.causal_padding_mask, "sequence_mask", reference="spec §7.1"),
+       "run_causal_padding_mask", attention.causal_padding_mask, "sequence_mask", reference="spec §7.1",
+       samples=op_samples.causal_padding_mask_samples),
     Op("apply_mask", "op", ("scores", "mask"), "run_apply_mask", attention.apply_mask, "masked_softmax",
-       ("mode", "mask_value"), exact="apply_mask", reference="spec §7.2"),
+       ("mode", "mask_value"), exact="apply_mask", reference="spec §7.2", samples=op_samples.apply_mask),
     Op("masked_softmax", "op", ("logits",), "run_masked_softmax", attention.masked_softmax, "masked_softmax",
-       exact="masked_softmax", reference="eq. 3.8; Lean Softmax"),
+       exact="masked_softmax", reference="eq. 3.8; Lean Softmax", samples=op_samples.masked_softmax),
     Op("mix_values", "op", ("e", "v"), "run_mix_values", attention.mix_values, "value_mix", exact="mix_values",
-       reference="eq. 3.9"),
+       reference="eq. 3.9", samples=op_samples.mix_values),
     Op("embedding", "op", ("token_ids",), "run_embedding", None, "embedding", exact="runner",
-       reference="spec §2.1"),
-    Op("lm_head", "op", ("hidden",), "run_lm_head", None, "lm_head", exact="runner", reference="spec §2.5"),
+       reference="spec §2.1", samples=op_samples.embedding),
+    Op("lm_head", "op", ("hidden",), "run_lm_head", None, "lm_head", exact="runner", reference="spec §2.5",
+       samples=op_samples.lm_head),
     Op("decoder_layer", "layer", ("x", "positions", "mask?", "past_k?", "past_v?", "frozen_A?", "frozen_G_LM?",
                                   "frozen_A_LM?", "frozen_A_P?", "gram_offset?"), "run_decoder_layer",
-       layer.decoder_layer, args=("layer",), outputs=("layers.{l}.*",), exact="runner", reference="spec §2.3"),
+       layer.decoder_layer, args=("layer",), outputs=("layers.{l}.*",), exact="runner", reference="spec §2.3",
+       samples=op_samples.decoder_layer),
     Op("forward", "model", ("token_ids", "attention_mask?"), "run_forward", model.forward,
        args=("start_pos", "pad_masking"), outputs=("embed", "x0", "layers.{l}.*", "logits"), exact="runner",
-       reference="spec §2"),
+       reference="spec §2", samples=op_samples.forward),
     Op("cached_generation", "cache", ("prompt_ids", "new_ids", "attention_mask?", "initial_G_LM?"),
        "run_cached_generation", args=("mode", "step_sizes"),
        outputs=("prefill.*", "steps.{j}.*", "steps.{j}.new_logits", "kv_cache.*", "g_cache.*"),
-       reference="spec §8"),
+       reference="spec §8", samples=op_samples.cached_generation),
     Op("scoring_blockwise", "scoring", ("token_ids",), "run_scoring_blockwise", args=("pad_id",),
-       outputs=("nll", "mask", "total", "mean", "logits"), reference="paper §4.5"),
+       outputs=("nll", "mask", "total", "mean", "logits"), reference="paper §4.5",
+       samples=op_samples.scoring_blockwise),
     Op("scoring_blockwise_hf", "scoring", ("input_ids", "labels", "attention_mask?"), "run_scoring_blockwise_hf",
-       outputs=("nll", "mask", "total", "mean"), reference="paper §4.5"),
+       outputs=("nll", "mask", "total", "mean"), reference="paper §4.5", samples=op_samples.scoring_blockwise_hf),
     Op("scoring_sequential", "scoring", ("token_ids",), "run_scoring_sequential", args=("pad_id",),
-       outputs=("nll", "mask", "total", "mean", "logits"), reference="paper §4.5"),
+       outputs=("nll", "mask", "total", "mean", "logits"), reference="paper §4.5",
+       samples=op_samples.scoring_sequential),
     Op("scoring_one_pass", "scoring", ("context", "candidates", "candidate_lengths"), "run_scoring_one_pass",
-       outputs=("scores", "sequential_scores"), reference="paper §4.5"),
+       outputs=("scores", "sequential_scores"), reference="paper §4.5", samples=op_samples.scoring_one_pass),
     Op("scoring_prompt_frozen", "scoring", ("prompt_ids", "continuation"), "run_scoring_prompt_frozen",
-       args=("mode",), outputs=("logprobs",), reference="paper §4.5"),
+       args=("mode",), outputs=("logprobs",), reference="paper §4.5", samples=op_samples.scoring_prompt_frozen),
 )
 
 #: Op name -> Op.

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
+from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import FIXED_G_KEY, Params
 from pldr_ref.registry import ALL_STAGES
 from pldr_ref.switches import declared_switches
@@ -46,9 +47,24 @@ OP_KINDS = ("sigmoid", "silu", "iswiglu", "layer_norm", "linear", "glu", "apply_
             "attention_scores", "causal_padding_mask", "apply_mask", "masked_softmax", "mix_values", "embedding",
             "lm_head", "residual_unit", "metric_learner", "metric_learner_v500", "metric_learner_v900")
 
+#: Every fixture kind this backend runs (:meth:`JaxBackend.capabilities`).
+KINDS = ("forward", "decoder_layer", *OP_KINDS)
+
+#: Registry ops (fixture kinds) and stages this backend does not implement: name -> why.
+UNSUPPORTED_KINDS: dict[str, str] = {
+    "cached_generation": "no cache-generation driver (the layer takes the KV / G cache hooks; decode loops are "
+                         "the torch backend's)",
+    **{name: "no scoring driver (scoring composes forward calls; the torch backend runs it)"
+       for name in ("scoring_blockwise", "scoring_blockwise_hf", "scoring_sequential", "scoring_one_pass",
+                    "scoring_prompt_frozen")},
+}
+UNSUPPORTED_STAGES: dict[str, str] = {}
+
 #: Layer trace entries in forward order (golden names ``layers.{l}.{entry}``).
-LAYER_ENTRIES = ("x", "q", "k", "q_rot", "k_rot", "v", "A0", "A", "A_LM", "A_P", "G_LM", "scores", "E", "ctx",
-                 "attn_out", "out1", "ffn_out", "out2")
+LAYER_ENTRIES = LAYER_STAGES
+
+#: Registry stage name -> Stage.
+STAGES_BY_NAME = {s.name: s for s in ALL_STAGES}
 
 #: Activations a 16-bit run keeps in the float32 work dtype (see module docstring).
 WORK_HELD = ("A_LM", "A_P", "frozen_A_LM", "frozen_A_P", "a_lm")
@@ -110,7 +126,7 @@ class JaxBackend:
     # ------------------------------------------------------------------ protocol
     def capabilities(self) -> Capabilities:
         """Four dtypes; forward, decoder_layer and op kinds; every stage; KV / G cache hooks of layer cases."""
-        return Capabilities(dtypes=JAX_DTYPES, kinds=("forward", "decoder_layer", *OP_KINDS),
+        return Capabilities(dtypes=JAX_DTYPES, kinds=KINDS,
                             stages=tuple(s.name for s in ALL_STAGES), caches=("kv", "g"),
                             switches=declared_switches("jax"))
 
@@ -498,55 +514,15 @@ class JaxBackend:
 
     def stage(self, P: Mapping[str, Any], i: Mapping[str, Any], *, name: str, c: Any, dt: str) -> dict[str, Any]:
         """One stage of the forward map from the golden upstream values ``i`` (leaf names); ``P``: the model's
-        parameters, or one layer's under layer-relative names for a layer stage (:meth:`layer_params`)."""
-        pre = ""
-        g = "mha1.plgatt_layer."
-        if name == "sequence_mask":  # run eagerly: pad_masking is a Python flag (see run_stage)
-            ids = i["token_ids"]
-            positions = self.call_positions(i.get("start_pos", 0), ids.shape[1])
-            pad = self.key_padding(ids, c.pad_id, i.get("attention_mask"), bool(i.get("pad_masking", True)))
-            return {"positions": positions, "mask": self.causal_padding_mask(positions, positions, pad)}
-        if name == "embedding":
-            return {"embed": self.embed(P, c, i["token_ids"])}
-        if name == "input_norm":
-            return {"x0": self.layer_norm(i["embed"], P["decoder.layernorm1.weight"], P["decoder.layernorm1.bias"],
-                                          c.eps_ln)}
-        if name == "qkv_projection":
-            return {n: self.split_heads(self.linear(i["x"], P[f"{pre}mha1.{w}.weight"], P.get(f"{pre}mha1.{w}.bias")),
-                                        c.num_heads) for n, w in (("q", "wq"), ("k", "wk"), ("v", "wv"))}
-        if name == "rope":
-            return {n: self.rope(i[src], i["positions"], c.rope_layout, c.rope_precision, c.rope_base)
-                    for n, src in (("q_rot", "q"), ("k_rot", "k"))}
-        if name == "density_operator":
-            return {"A0": self.gram(i["q_rot"], c.gram_mode, i.get("gram_offset"))}
-        if name == "metric_learner":
-            return {"A": self.metric_learner(P, f"{pre}mha1.", i["A0"], c)}
-        if name == "metric_tensor":
-            return {"A_LM": self.metric_tensor(i["A"], P[f"{g}Wlst"], P[f"{g}blst"], c.eps_adj)}
-        if name == "potential_tensor":
-            return {"A_P": self.potential_tensor(i["A_LM"], P[f"{g}pwlst"])}
-        if name == "energy_curvature":
-            return {"G_LM": self.energy_curvature(i["A_P"], P[f"{g}alst"], P[f"{g}balst"])}
-        if name == "attention_scores":
-            return {"scores": self.attention_scores(i["q_rot"], i["G_LM"], i["k_rot"])}
-        if name == "masked_softmax":
-            logits = self.apply_mask(i["scores"], i.get("mask"), c.mask_mode, c.mask_value)
-            return {"E": self.softmax(logits).astype(i["scores"].dtype)}
-        if name == "value_mix":
-            return {"ctx": self.merge_heads(self.mix_values(i["E"], i["v"]))}
-        if name == "output_projection":
-            return {"attn_out": self.linear(i["ctx"], P[f"{pre}mha1.dense.weight"], P.get(f"{pre}mha1.dense.bias"))}
-        if name == "post_attention_norm":
-            return {"out1": self.layer_norm(self.residual(i["attn_out"], i["x"]), P[f"{pre}layernorm1.weight"],
-                                            P[f"{pre}layernorm1.bias"], c.eps_ln)}
-        if name == "ffn":
-            return {"ffn_out": self.glu(i["out1"], P, f"{pre}ffn.")}
-        if name == "post_ffn_norm":
-            return {"out2": self.layer_norm(self.residual(i["ffn_out"], i["out1"]), P[f"{pre}layernorm2.weight"],
-                                            P[f"{pre}layernorm2.bias"], c.eps_ln)}
-        if name == "lm_head":
-            return {"logits": self.lm_head(P, i["hidden"])}
-        raise Unsupported(f"stage {name!r} is not known to the JAX backend")
+        parameters, or one layer's under layer-relative names for a layer stage (:meth:`layer_params`).  The
+        stage's registry inputs (``Stage.inputs``) go to its entry of :data:`STAGE_RUNNERS`, whose results are
+        named by the stage's registry outputs (``Stage.outputs``)."""
+        stage = STAGES_BY_NAME.get(name)
+        runner = STAGE_RUNNERS.get(name)
+        if stage is None or runner is None:
+            raise Unsupported(f"stage {name!r} is not known to the JAX backend")
+        out = runner(self, P, c, i, *(i[n] for n in stage.inputs))
+        return dict(zip(stage.outputs, out, strict=True))
 
     def op(self, P: Mapping[str, Any] | None, i: Mapping[str, Any], *, kind: str, dt: str,
            args: tuple) -> dict[str, Any]:
@@ -603,4 +579,51 @@ class JaxBackend:
         raise Unsupported(f"op kind {kind!r} is not implemented by the JAX backend")
 
 
-__all__ = ["JAX_DTYPES", "OP_KINDS", "JaxBackend", "import_jax"]
+#: The parameter prefix of the PLGA tensors of a layer (layer-relative names, :meth:`JaxBackend.layer_params`).
+PLGA = "mha1.plgatt_layer."
+
+
+def _sequence_mask(b: JaxBackend, P: Mapping[str, Any], c: Any, i: Mapping[str, Any], ids: Any) -> tuple[Any, Any]:
+    positions = b.call_positions(i.get("start_pos", 0), ids.shape[1])  # run eagerly: pad_masking is a Python flag
+    pad = b.key_padding(ids, c.pad_id, i.get("attention_mask"), bool(i.get("pad_masking", True)))
+    return positions, b.causal_padding_mask(positions, positions, pad)
+
+
+def _post_norm(norm: str) -> Any:
+    def run(b: JaxBackend, P: Mapping[str, Any], c: Any, i: Mapping[str, Any], y: Any, x: Any) -> tuple[Any]:
+        return (b.layer_norm(b.residual(y, x), P[f"{norm}.weight"], P[f"{norm}.bias"], c.eps_ln),)
+    return run
+
+
+#: Registry stage -> its JAX computation ``runner(backend, P, config, inputs, *stage_inputs)``: ``stage_inputs``
+#: are the stage's registry inputs (``Stage.inputs``, in order), ``inputs`` every value of the request (for the
+#: optional mask and Gram offset); it returns the stage's outputs in ``Stage.outputs`` order.  Every registry
+#: stage has an entry (``tests/test_engine_registry.py``).
+STAGE_RUNNERS: dict[str, Any] = {
+    "sequence_mask": _sequence_mask,
+    "embedding": lambda b, P, c, i, ids: (b.embed(P, c, ids),),
+    "input_norm": lambda b, P, c, i, embed: (
+        b.layer_norm(embed, P["decoder.layernorm1.weight"], P["decoder.layernorm1.bias"], c.eps_ln),),
+    "qkv_projection": lambda b, P, c, i, x: tuple(
+        b.split_heads(b.linear(x, P[f"mha1.{w}.weight"], P.get(f"mha1.{w}.bias")), c.num_heads)
+        for w in ("wq", "wk", "wv")),
+    "rope": lambda b, P, c, i, q, k, positions: tuple(
+        b.rope(x, positions, c.rope_layout, c.rope_precision, c.rope_base) for x in (q, k)),
+    "density_operator": lambda b, P, c, i, q_rot: (b.gram(q_rot, c.gram_mode, i.get("gram_offset")),),
+    "metric_learner": lambda b, P, c, i, a0: (b.metric_learner(P, "mha1.", a0, c),),
+    "metric_tensor": lambda b, P, c, i, a: (b.metric_tensor(a, P[f"{PLGA}Wlst"], P[f"{PLGA}blst"], c.eps_adj),),
+    "potential_tensor": lambda b, P, c, i, a_lm: (b.potential_tensor(a_lm, P[f"{PLGA}pwlst"]),),
+    "energy_curvature": lambda b, P, c, i, a_p: (b.energy_curvature(a_p, P[f"{PLGA}alst"], P[f"{PLGA}balst"]),),
+    "attention_scores": lambda b, P, c, i, q_rot, g_lm, k_rot: (b.attention_scores(q_rot, g_lm, k_rot),),
+    "masked_softmax": lambda b, P, c, i, scores: (
+        b.softmax(b.apply_mask(scores, i.get("mask"), c.mask_mode, c.mask_value)).astype(scores.dtype),),
+    "value_mix": lambda b, P, c, i, e, v: (b.merge_heads(b.mix_values(e, v)),),
+    "output_projection": lambda b, P, c, i, ctx: (b.linear(ctx, P["mha1.dense.weight"], P.get("mha1.dense.bias")),),
+    "post_attention_norm": _post_norm("layernorm1"),
+    "ffn": lambda b, P, c, i, out1: (b.glu(out1, P, "ffn."),),
+    "post_ffn_norm": _post_norm("layernorm2"),
+    "lm_head": lambda b, P, c, i, hidden: (b.lm_head(P, hidden),),
+}
+
+
+__all__ = ["JAX_DTYPES", "OP_KINDS", "STAGE_RUNNERS", "JaxBackend", "import_jax"]

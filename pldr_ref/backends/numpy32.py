@@ -16,10 +16,30 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.harness.protocol import Capabilities, Unsupported
+from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import FIXED_G_KEY, Params
+from pldr_ref.registry import ALL_STAGES, op_kinds
 from pldr_ref.switches import declared_switches
 
 F32 = np.float32
+
+#: The fixture kinds this backend runs.
+KINDS = ("forward", "decoder_layer")
+
+#: Registry ops (fixture kinds) this backend does not run: name -> why, by category (it runs whole layers and
+#: models only; its equations are exercised through them).
+UNSUPPORTED_KINDS: dict[str, str] = {
+    **{name: "numpy32 runs whole layers and models: its op-level equations are checked through forward and "
+       "decoder_layer" for name in op_kinds("op")},
+    **{name: "numpy32 has no cache-generation driver (its layer takes the KV / G cache hooks)"
+       for name in op_kinds("cache")},
+    **{name: "numpy32 has no scoring driver" for name in op_kinds("scoring")},
+}
+
+#: Registry stages this backend does not run in isolation: name -> why (it has no ``run_stage``).
+UNSUPPORTED_STAGES: dict[str, str] = {
+    s.name: "numpy32 has no isolated-stage entry (run_stage); a wrong stage shows in the layer trace it spoils"
+    for s in ALL_STAGES}
 
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
@@ -91,7 +111,7 @@ class Numpy32Backend:
 
     def capabilities(self) -> Capabilities:
         """float32; forward and decoder_layer cases; KV/G hooks of layer cases; no isolated stages."""
-        return Capabilities(dtypes=("float32",), kinds=("forward", "decoder_layer"), caches=("kv", "g"),
+        return Capabilities(dtypes=("float32",), kinds=KINDS, caches=("kv", "g"),
                             switches=declared_switches("numpy32"))
 
     def params(self, params: Params) -> dict[str, np.ndarray]:
@@ -105,6 +125,8 @@ class Numpy32Backend:
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         if dtype != "float32":
             raise Unsupported(f"numpy32 computes in float32 only, not {dtype}")
+        if case.kind not in KINDS:
+            raise Unsupported(f"numpy32 does not implement case kind {case.kind!r}")
         P = self.params(case.params)
         c = case.params.config
         inp = case.inputs
@@ -183,10 +205,8 @@ class Numpy32Backend:
         out1 = layer_norm(attn_out + x, P[f"{pre}layernorm1.weight"], P[f"{pre}layernorm1.bias"], c.eps_ln)
         ffn_out = glu(out1, P, f"{pre}ffn.")
         out2 = layer_norm(ffn_out + out1, P[f"{pre}layernorm2.weight"], P[f"{pre}layernorm2.bias"], c.eps_ln)
-        names = ("x", "q", "k", "q_rot", "k_rot", "v", "A0", "A", "A_LM", "A_P", "G_LM", "scores", "E", "ctx",
-                 "attn_out", "out1", "ffn_out", "out2")
         vals = (x, q, k, q_rot, k_rot, v, a0, a, a_lm, a_p, g_lm, scores, e, ctx, attn_out, out1, ffn_out, out2)
-        return {n: val for n, val in zip(names, vals, strict=True) if val is not None}
+        return {n: val for n, val in zip(LAYER_STAGES, vals, strict=True) if val is not None}
 
     def metric_learner(self, P: Mapping[str, np.ndarray], c: Any, m: str, a0: np.ndarray) -> np.ndarray:
         """v500: Res_R(...Res_1(LN(A0))); v900: LN2(Dense(Res_R(...LN1(Dense(A0)))))."""

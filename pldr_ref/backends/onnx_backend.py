@@ -29,6 +29,7 @@ import numpy as np
 from pldr_ref.config import PLDRConfig
 from pldr_ref.harness.protocol import Capabilities, Unsupported
 from pldr_ref.params import Params
+from pldr_ref.registry import ALL_STAGES, OPS
 from pldr_ref.switches import declared_switches
 
 #: ONNX tensor element type name (as ONNX Runtime spells it) -> harness dtype.
@@ -36,6 +37,16 @@ ORT_DTYPES = {"tensor(double)": "float64", "tensor(float)": "float32", "tensor(f
               "tensor(bfloat16)": "bfloat16"}
 
 #: NumPy dtype fed for each harness dtype (bfloat16 through ml_dtypes).
+#: The fixture kinds an ONNX graph runs: the forward map.
+KINDS = ("forward",)
+
+#: Registry ops (fixture kinds) and stages the ONNX backends do not run: name -> why.
+UNSUPPORTED_KINDS: dict[str, str] = {
+    op.name: "an ONNX file is one forward graph (its trace outputs localize a wrong node to the stage it spoils)"
+    for op in OPS if op.name not in KINDS}
+UNSUPPORTED_STAGES: dict[str, str] = {
+    s.name: "an ONNX graph runs whole; its trace outputs stand in for isolated stages" for s in ALL_STAGES}
+
 FEED_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 
 
@@ -149,7 +160,7 @@ class OnnxModel:
 
 
 def _capabilities(dtype: str, full_trace: bool) -> Capabilities:
-    return Capabilities(dtypes=(dtype,), kinds=("forward",), switches=declared_switches("onnx"),
+    return Capabilities(dtypes=(dtype,), kinds=KINDS, switches=declared_switches("onnx"),
                         full_trace=full_trace)
 
 
@@ -189,7 +200,7 @@ class OnnxExportBackend:
 
     def capabilities(self) -> Capabilities:
         """float32 and float16 exports; forward cases; the full trace."""
-        return Capabilities(dtypes=("float32", "float16"), kinds=("forward",), switches=declared_switches("onnx"))
+        return Capabilities(dtypes=("float32", "float16"), kinds=KINDS, switches=declared_switches("onnx"))
 
     def model_for(self, params: Params, dtype: str) -> OnnxModel:
         """The exported (and, for a mutant, rewritten) model of ``params``' config, cached per Params object."""

@@ -39,6 +39,7 @@ import numpy as np
 from pldr_ref.backends.torch_cases import GENERATION_MODES, HF_IGNORE_INDEX, TorchCases
 from pldr_ref.backends.torch_math import TorchMath
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
+from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import FIXED_G_KEY, Params
 from pldr_ref.registry import ALL_STAGES, op_kinds
 from pldr_ref.switches import declared_switches
@@ -51,12 +52,104 @@ SCORING_KINDS = op_kinds("scoring")
 
 STAGE_NAMES = tuple(s.name for s in ALL_STAGES)
 
+#: Every fixture kind this backend runs (:meth:`TorchBackend.capabilities`).
+KINDS = (*OP_KINDS, "decoder_layer", "forward", "cached_generation", *SCORING_KINDS)
+
+#: Registry ops (fixture kinds) and stages this backend does not implement: name -> why (none).
+UNSUPPORTED_KINDS: dict[str, str] = {}
+UNSUPPORTED_STAGES: dict[str, str] = {}
+
+#: Registry stage name -> Stage.
+STAGES_BY_NAME = {s.name: s for s in ALL_STAGES}
+
 #: Number of (parameters, dtype) conversions kept on the device.
 PARAMS_CACHE_SIZE = 4
 
 #: Trace entries of one layer, in forward order (the golden names ``layers.{l}.{entry}``).
-LAYER_ENTRIES = ("x", "q", "k", "q_rot", "k_rot", "v", "A0", "A", "A_LM", "A_P", "G_LM", "scores", "E", "ctx",
-                 "attn_out", "out1", "ffn_out", "out2")
+LAYER_ENTRIES = LAYER_STAGES
+
+
+class StageWeights:
+    """The parameters a stage reads, by name relative to its layer (``mha1.wq.weight``) or, for a model-level
+    stage, by full name (``decoder.layernorm1.weight``)."""
+
+    def __init__(self, P: Mapping[str, Any], prefix: str) -> None:
+        self.all, self.prefix = P, prefix
+
+    def __call__(self, name: str) -> Any:
+        return self.all[f"{self.prefix}{name}"]
+
+    def get(self, name: str) -> Any:
+        """An optional parameter (a bias), or None."""
+        return self.all.get(f"{self.prefix}{name}")
+
+
+class StageExtras:
+    """The optional values of a stage request beyond the stage's registry inputs (the mask, a cumulative Gram's
+    offset, the keys of the density operator's row hook, the sequence-mask call arguments)."""
+
+    def __init__(self, backend: TorchBackend, inputs: Mapping[str, np.ndarray], dt: Any) -> None:
+        self.backend, self.inputs, self.dt = backend, inputs, dt
+
+    def tensor(self, name: str) -> Any:
+        """The input as a tensor in the compute dtype, or None when the request lacks it."""
+        return self.backend.tensor(self.inputs[name], self.dt) if name in self.inputs else None
+
+    def mask(self) -> Any:
+        """The boolean mask (True = forbidden), or None."""
+        return self.backend.tensor(self.inputs["mask"]).bool() if "mask" in self.inputs else None
+
+    def raw(self, name: str, default: Any = None) -> Any:
+        """The input as given (a NumPy value), or ``default``."""
+        return self.inputs.get(name, default)
+
+
+def _sequence_mask(b: TorchBackend, w: StageWeights, c: Any, extra: StageExtras, ids: Any) -> tuple[Any, Any]:
+    positions = b.call_positions(int(extra.raw("start_pos", 0)), ids.shape[1])
+    pad = b.key_padding(ids, c, extra.raw("attention_mask"), bool(extra.raw("pad_masking", True)))
+    return positions, b.causal_padding_mask(positions, positions, pad)
+
+
+def _density_operator(b: TorchBackend, w: StageWeights, c: Any, extra: StageExtras, q_rot: Any) -> tuple[Any]:
+    k_rot = extra.tensor("k_rot")
+    k_new = None if k_rot is None else k_rot[:, :, -q_rot.shape[2]:]
+    return (b.gram(b.gram_rows(q_rot, k_new), c, extra.tensor("gram_offset")),)
+
+
+def _post_norm(norm: str) -> Any:
+    def run(b: TorchBackend, w: StageWeights, c: Any, extra: StageExtras, y: Any, x: Any) -> tuple[Any]:
+        return (b.layer_norm(b.residual(y, x), w(f"{norm}.weight"), w(f"{norm}.bias"), c.eps_ln),)
+    return run
+
+
+#: Registry stage -> its torch computation ``runner(backend, weights, config, extras, *inputs)``: ``inputs`` are
+#: the stage's registry inputs (``Stage.inputs``, in order, as tensors in the compute dtype); it returns the
+#: stage's outputs in ``Stage.outputs`` order.  Every registry stage has an entry (``tests/test_engine_registry.py``).
+STAGE_RUNNERS: dict[str, Any] = {
+    "sequence_mask": _sequence_mask,
+    "embedding": lambda b, w, c, extra, ids: (b.embed(w.all, c, ids),),
+    "input_norm": lambda b, w, c, extra, embed: (
+        b.layer_norm(embed, w("decoder.layernorm1.weight"), w("decoder.layernorm1.bias"), c.eps_ln),),
+    "qkv_projection": lambda b, w, c, extra, x: tuple(
+        b.split_heads(b.linear(x, w(f"mha1.{p}.weight"), w.get(f"mha1.{p}.bias")), c.num_heads)
+        for p in ("wq", "wk", "wv")),
+    "rope": lambda b, w, c, extra, q, k, positions: (b.rope(q, positions, c), b.rope(k, positions, c)),
+    "density_operator": _density_operator,
+    "metric_learner": lambda b, w, c, extra, a0: (b.metric_learner(w.all, w.prefix, a0, c),),
+    "metric_tensor": lambda b, w, c, extra, a: (
+        b.metric_tensor(a, w("mha1.plgatt_layer.Wlst"), w("mha1.plgatt_layer.blst"), c.eps_adj),),
+    "potential_tensor": lambda b, w, c, extra, a_lm: (b.potential_tensor(a_lm, w("mha1.plgatt_layer.pwlst")),),
+    "energy_curvature": lambda b, w, c, extra, a_p: (
+        b.energy_curvature(a_p, w("mha1.plgatt_layer.alst"), w("mha1.plgatt_layer.balst")),),
+    "attention_scores": lambda b, w, c, extra, q_rot, g_lm, k_rot: (b.attention_scores(q_rot, g_lm, k_rot),),
+    "masked_softmax": lambda b, w, c, extra, scores: (b.softmax(b.apply_mask(scores, extra.mask(), c)),),
+    "value_mix": lambda b, w, c, extra, e, v: (b.merge_heads(b.mix_values(e, v)),),
+    "output_projection": lambda b, w, c, extra, ctx: (b.linear(ctx, w("mha1.dense.weight"), w.get("mha1.dense.bias")),),
+    "post_attention_norm": _post_norm("layernorm1"),
+    "ffn": lambda b, w, c, extra, out1: (b.glu(out1, w.all, f"{w.prefix}ffn."),),
+    "post_ffn_norm": _post_norm("layernorm2"),
+    "lm_head": lambda b, w, c, extra, hidden: (b.lm_head(w.all, hidden),),
+}
 
 
 def import_torch() -> Any:
@@ -80,6 +173,9 @@ class TorchBackend(TorchCases, TorchMath):
 
     name = "torch"
 
+    #: Registry stage -> its computation (:data:`STAGE_RUNNERS`; a fused-kernel subclass replaces entries).
+    stage_runners: Mapping[str, Any] = STAGE_RUNNERS
+
     def __init__(self, device: str | None = None, num_threads: int | None = None) -> None:
         torch = import_torch()
         self.torch = torch
@@ -96,7 +192,7 @@ class TorchBackend(TorchCases, TorchMath):
         """All dtypes, every fixture kind, every stage in isolation, KV and G caches, every switch."""
         return Capabilities(
             dtypes=("float64", "float32", "bfloat16", "float16"),
-            kinds=(*OP_KINDS, "decoder_layer", "forward", "cached_generation", *SCORING_KINDS),
+            kinds=KINDS,
             stages=STAGE_NAMES,
             caches=("kv", "g"),
             switches=declared_switches("torch"),  # the issue-12 emulation switches are not implemented here
@@ -125,72 +221,20 @@ class TorchBackend(TorchCases, TorchMath):
         raise Unsupported(f"case kind {kind!r} is not implemented by the torch backend")
 
     def run_stage(self, request: StageRequest) -> dict[str, np.ndarray]:
-        """One stage from golden upstream values (see :class:`~pldr_ref.harness.protocol.StageRequest`)."""
+        """One stage from golden upstream values (see :class:`~pldr_ref.harness.protocol.StageRequest`): the
+        stage's registry inputs (``Stage.inputs``) go to its entry of :attr:`stage_runners`, whose results are
+        named by the stage's registry outputs (``Stage.outputs``)."""
+        stage = STAGES_BY_NAME.get(request.stage)
+        runner = self.stage_runners.get(request.stage)
+        if stage is None or runner is None:
+            raise Unsupported(f"stage {request.stage!r} is not known to the torch backend")
         dt = self.dtype(request.dtype)
-        c = request.config
         P = self.params(request.params, dt)
-        i = request.inputs
-        pre = None if request.layer is None else f"decoder.dec_layers.{request.layer}."
-
-        def t(name: str) -> Any:
-            return self.tensor(i[name], dt)
-
-        s = request.stage
-        if s == "sequence_mask":
-            ids = self.tensor(i["token_ids"])
-            start = int(i["start_pos"]) if "start_pos" in i else 0
-            positions = self.call_positions(start, ids.shape[1])
-            pad = self.key_padding(ids, c, i.get("attention_mask"), bool(i["pad_masking"]) if "pad_masking" in i
-                                   else True)
-            out = {"positions": positions, "mask": self.causal_padding_mask(positions, positions, pad)}
-        elif s == "embedding":
-            out = {"embed": self.embed(P, c, self.tensor(i["token_ids"]))}
-        elif s == "input_norm":
-            out = {"x0": self.layer_norm(t("embed"), P["decoder.layernorm1.weight"], P["decoder.layernorm1.bias"],
-                                         c.eps_ln)}
-        elif s == "qkv_projection":
-            x = t("x")
-            out = {n: self.split_heads(self.linear(x, P[f"{pre}mha1.{w}.weight"], P.get(f"{pre}mha1.{w}.bias")),
-                                       c.num_heads) for n, w in (("q", "wq"), ("k", "wk"), ("v", "wv"))}
-        elif s == "rope":
-            pos = self.tensor(i["positions"])
-            out = {"q_rot": self.rope(t("q"), pos, c), "k_rot": self.rope(t("k"), pos, c)}
-        elif s == "density_operator":
-            q_rot = t("q_rot")
-            k_new = t("k_rot")[:, :, -q_rot.shape[2]:] if "k_rot" in i else None
-            out = {"A0": self.gram(self.gram_rows(q_rot, k_new), c, t("gram_offset") if "gram_offset" in i else None)}
-        elif s == "metric_learner":
-            out = {"A": self.metric_learner(P, pre, t("A0"), c)}
-        elif s == "metric_tensor":
-            out = {"A_LM": self.metric_tensor(t("A"), P[f"{pre}mha1.plgatt_layer.Wlst"],
-                                              P[f"{pre}mha1.plgatt_layer.blst"], c.eps_adj)}
-        elif s == "potential_tensor":
-            out = {"A_P": self.potential_tensor(t("A_LM"), P[f"{pre}mha1.plgatt_layer.pwlst"])}
-        elif s == "energy_curvature":
-            out = {"G_LM": self.energy_curvature(t("A_P"), P[f"{pre}mha1.plgatt_layer.alst"],
-                                                 P[f"{pre}mha1.plgatt_layer.balst"])}
-        elif s == "attention_scores":
-            out = {"scores": self.attention_scores(t("q_rot"), t("G_LM"), t("k_rot"))}
-        elif s == "masked_softmax":
-            mask = self.tensor(i["mask"]).bool() if "mask" in i else None
-            out = {"E": self.softmax(self.apply_mask(t("scores"), mask, c))}
-        elif s == "value_mix":
-            out = {"ctx": self.merge_heads(self.mix_values(t("E"), t("v")))}
-        elif s == "output_projection":
-            out = {"attn_out": self.linear(t("ctx"), P[f"{pre}mha1.dense.weight"], P.get(f"{pre}mha1.dense.bias"))}
-        elif s == "post_attention_norm":
-            out = {"out1": self.layer_norm(self.residual(t("attn_out"), t("x")), P[f"{pre}layernorm1.weight"],
-                                           P[f"{pre}layernorm1.bias"], c.eps_ln)}
-        elif s == "ffn":
-            out = {"ffn_out": self.glu(t("out1"), P, f"{pre}ffn.")}
-        elif s == "post_ffn_norm":
-            out = {"out2": self.layer_norm(self.residual(t("ffn_out"), t("out1")), P[f"{pre}layernorm2.weight"],
-                                           P[f"{pre}layernorm2.bias"], c.eps_ln)}
-        elif s == "lm_head":
-            out = {"logits": self.lm_head(P, t("hidden"))}
-        else:
-            raise Unsupported(f"stage {s!r} is not known to the torch backend")
-        return self.numpy_dict(out)
+        pre = "" if request.layer is None else f"decoder.dec_layers.{request.layer}."
+        extra = StageExtras(self, request.inputs, dt)
+        out = runner(self, StageWeights(P, pre), request.config, extra,
+                     *(self.tensor(request.inputs[name], dt) for name in stage.inputs))
+        return self.numpy_dict(dict(zip(stage.outputs, out, strict=True)))
 
     # ------------------------------------------------------------------ data plumbing
     def dtype(self, name: str) -> Any:
@@ -426,5 +470,5 @@ class TorchBackend(TorchCases, TorchMath):
         return trace, new_kv, out_g
 
 
-__all__ = ["GENERATION_MODES", "HF_IGNORE_INDEX", "OP_KINDS", "SCORING_KINDS", "STAGE_NAMES", "TorchBackend",
-           "import_torch"]
+__all__ = ["GENERATION_MODES", "HF_IGNORE_INDEX", "OP_KINDS", "SCORING_KINDS", "STAGE_NAMES", "STAGE_RUNNERS",
+           "TorchBackend", "import_torch"]

@@ -32,9 +32,10 @@ Without a GPU, Triton runs the kernel in its interpreter on the CPU: set ``TRITO
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
-from pldr_ref.backends.torch_backend import TorchBackend
+from pldr_ref.backends.torch_backend import STAGE_RUNNERS, TorchBackend
 
 #: Query rows per program (16: the smallest tile ``tl.dot`` accepts when compiled).
 BLOCK_M = 16
@@ -170,6 +171,24 @@ def plga_attention_kernel(q_ptr, g_ptr, k_ptr, v_ptr, mask_ptr, scores_ptr, e_pt
             tl.store(e_ptr + bh * S * T + tile, e.to(e_ptr.dtype.element_ty), mask=ok)
 
 
+def _fused_scores(b: TritonAttentionBackend, w: Any, c: Any, extra: Any, q_rot: Any, g_lm: Any,
+                  k_rot: Any) -> tuple[Any]:
+    """The ``attention_scores`` stage by the kernel (a cumulative Gram's per-row G: the unfused torch code)."""
+    if g_lm.dim() == 5:
+        return STAGE_RUNNERS["attention_scores"](b, w, c, extra, q_rot, g_lm, k_rot)
+    scores, _, _ = b.launch(q_rot, g_lm, k_rot, torch_zeros_like(k_rot), None, c)
+    return (scores,)
+
+
+def _fused_softmax(b: TritonAttentionBackend, w: Any, c: Any, extra: Any, sc: Any) -> tuple[Any]:
+    """The ``masked_softmax`` stage by the kernel on given scores (Q~, G, K~ only give shapes)."""
+    bb, h, s, t = sc.shape
+    shape_q = sc.new_zeros((bb, h, s, 1))
+    shape_k = sc.new_zeros((bb, h, t, 1))
+    _, e, _ = b.launch(shape_q, sc.new_zeros((1, h, 1, 1)), shape_k, shape_k, extra.mask(), c, scores_in=sc)
+    return (e,)
+
+
 class TritonAttentionBackend(TorchBackend):
     """The torch backend with the fused Triton PLGA attention kernel (see module docstring)."""
 
@@ -177,6 +196,10 @@ class TritonAttentionBackend(TorchBackend):
 
     #: Fault-injection code passed to the kernel (:data:`FAULTS`); only engine mutants change it.
     fault = "none"
+
+    #: The torch backend's stage table with ``attention_scores`` and ``masked_softmax`` run by the kernel.
+    stage_runners: Mapping[str, Any] = {**STAGE_RUNNERS, "attention_scores": _fused_scores,
+                                        "masked_softmax": _fused_softmax}
 
     def __init__(self, device: str | None = None, num_threads: int | None = None) -> None:
         import os
@@ -232,27 +255,6 @@ class TritonAttentionBackend(TorchBackend):
                           WRITE_TRACE=True, SCORES_IN=scores_in is not None, FAULT=FAULTS[self.fault],
                           BLOCK_M=BLOCK_M, BLOCK_N=self.block_n, BLOCK_D=block_d)
         return scores, e, ctx
-
-    def run_stage(self, request: Any) -> dict[str, Any]:
-        """The torch backend's stages, with ``attention_scores`` and ``masked_softmax`` run by the kernel."""
-        if request.stage not in ("attention_scores", "masked_softmax"):
-            return super().run_stage(request)
-        dt = self.dtype(request.dtype)
-        i = request.inputs
-        if request.stage == "attention_scores":
-            q_rot, g_lm, k_rot = (self.tensor(i[n], dt) for n in ("q_rot", "G_LM", "k_rot"))
-            if g_lm.dim() == 5:
-                return super().run_stage(request)
-            scores, _, _ = self.launch(q_rot, g_lm, k_rot, torch_zeros_like(k_rot), None, request.config)
-            return self.numpy_dict({"scores": scores})
-        sc = self.tensor(i["scores"], dt)
-        mask = self.tensor(i["mask"]).bool() if "mask" in i else None
-        b, h, s, t = sc.shape
-        shape_q = sc.new_zeros((b, h, s, 1))
-        shape_k = sc.new_zeros((b, h, t, 1))
-        _, e, _ = self.launch(shape_q, sc.new_zeros((1, h, 1, 1)), shape_k, shape_k, mask, request.config,
-                              scores_in=sc)
-        return self.numpy_dict({"E": e})
 
 
 def torch_zeros_like(t: Any) -> Any:

@@ -19,6 +19,7 @@ from pldr_ref.exact import plga
 from pldr_ref.exact.numbers import mpf_exact, round_to_float32
 from pldr_ref.exact.ops import Matrix, affine, glu, layer_norm, masked_logit, softmax_row, vecmat
 from pldr_ref.exact.rope import RopeTables, rotate, round_to_float64
+from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.switches import require_engine_support, switch
 
 
@@ -108,8 +109,7 @@ def decoder_layer(lp: Any, x: list[Matrix], config: PLDRConfig, *, positions: li
     c = config
     nh = c.num_heads
     cumulative = c.gram_mode == "cumulative"
-    t: dict[str, list] = {name: [] for name in ("x", "q", "k", "q_rot", "k_rot", "v", "A0", "A", "A_LM", "A_P",
-                                                "G_LM", "scores", "E", "ctx", "attn_out", "out1", "ffn_out", "out2")}
+    t: dict[str, list] = {name: [] for name in LAYER_STAGES}
     t["x"] = x
     for b, xb in enumerate(x):
         q = split_heads([affine(r, lp.wq, lp.bq) for r in xb], nh)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
+from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import FIXED_G_KEY, Params
 
 #: The ONNX opset of the exported graph (LayerNormalization needs 17).
@@ -42,8 +43,7 @@ CONFIG_KEY = "pldr_ref.config"
 EXPORT_DTYPES = ("float32", "float16")
 
 #: Layer trace entries exposed as graph outputs (golden names ``layers.{l}.{entry}``).
-LAYER_OUTPUTS = ("x", "q", "k", "q_rot", "k_rot", "v", "A0", "A", "A_LM", "A_P", "G_LM", "scores", "E", "ctx",
-                 "attn_out", "out1", "ffn_out", "out2")
+LAYER_OUTPUTS = LAYER_STAGES
 
 
 def import_onnx() -> Any:

@@ -25,9 +25,11 @@ from pldr_ref.exact.arb.model import (
 )
 from pldr_ref.exact.arb.ops import arb_op
 from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, Stages, certify
-from pldr_ref.fixtures.exact_tier import glu_params_arg, layer_params_arg, unit_params_arg
+from pldr_ref.fixtures.exact_tier import EXACT_UNSUPPORTED, EXACT_UNSUPPORTED_STAGES, op_call
 from pldr_ref.model import resolve_pad_masking
 from pldr_ref.params import Params
+from pldr_ref.registry import OPS as REGISTRY_OPS
+from pldr_ref.registry import OPS_BY_NAME, Op
 
 ArbRunner = Callable[[PLDRConfig | None, Params | None, Mapping[str, Any], Mapping[str, np.ndarray]],
                      dict[str, np.ndarray]]
@@ -43,9 +45,19 @@ def _op(name: str, *positional: str, extra: Callable[..., list] | None = None,
     return run
 
 
+def _derived_runner(op: Op) -> ArbRunner:
+    """``arb_op(op.exact, ...)`` called on a case as :func:`pldr_ref.fixtures.exact_tier.op_call` says (the same
+    inputs, parameter arguments and keywords as the mpmath engine's runner)."""
+    positional, build, keywords = op_call(op)
+    return _op(op.exact, *positional, extra=build, keywords=keywords)
+
+
 def _metric_learner(config, params, args, inputs):
     kind = params.config.metric_learner
-    return _op(f"metric_learner_{kind}", "a0", extra=layer_params_arg)(config, params, args, inputs)
+    op = OPS_BY_NAME.get(f"metric_learner_{kind}")
+    if op is None:
+        raise ValueError(f"no arb metric learner for metric_learner={kind!r}")
+    return _derived_runner(op)(config, params, args, inputs)
 
 
 def _staged(compute_stages: Callable[[bool], Stages], config: PLDRConfig) -> dict[str, np.ndarray]:
@@ -96,31 +108,27 @@ def _forward(config, params, args, inputs):
                    pad_masking=resolve_pad_masking(params.config, args.get("pad_masking")))
 
 
-ARB_RUNNERS: dict[str, ArbRunner] = {
-    "sigmoid": _op("sigmoid", "z"),
-    "silu": _op("silu", "z"),
-    "iswiglu": _op("iswiglu", "z"),
-    "layer_norm": _op("layer_norm", "x", "gamma", "beta", keywords=("eps",)),
-    "linear": _op("linear", "x", "weight", "bias"),
-    "glu": _op("glu", "x", extra=glu_params_arg),
-    "apply_rope": _op("apply_rope", "x", "positions", keywords=("layout", "precision", "base")),
-    "density_operator": _op("density_operator", "q_rot"),
-    "cumulative_density_operator": _op("cumulative_density_operator", "q_rot"),
-    "residual_unit": _op("residual_unit", "a", extra=unit_params_arg),
-    "metric_learner_v500": _op("metric_learner_v500", "a0", extra=layer_params_arg),
-    "metric_learner_v900": _op("metric_learner_v900", "a0", extra=layer_params_arg),
+#: Registry ops whose arb runner is not one arb op on the case's tensors (registry ``exact="runner"``).
+CUSTOM_ARB_RUNNERS: dict[str, ArbRunner] = {
     "metric_learner": _metric_learner,
-    "metric_tensor": _op("metric_tensor", "a", "W", "b", keywords=("eps_adj",)),
-    "potential_tensor": _op("potential_tensor", "a_lm", "P"),
-    "energy_curvature": _op("energy_curvature", "a_p", "a", "b_a"),
-    "attention_scores": _op("attention_scores", "q_rot", "g_lm", "k_rot"),
-    "apply_mask": _op("apply_mask", "scores", "mask", keywords=("mode", "mask_value")),
-    "masked_softmax": _op("masked_softmax", "logits"),
-    "mix_values": _op("mix_values", "e", "v"),
     "embedding": _embedding,
     "lm_head": _lm_head,
     "decoder_layer": _decoder_layer,
     "forward": _forward,
+}
+
+#: Registry ops the arb engine does not run: kind -> why (the mpmath engine's list: both exact engines cover the
+#: same kinds).
+ARB_UNSUPPORTED: dict[str, str] = dict(EXACT_UNSUPPORTED)
+
+#: Registry stages the arb engine does not run in isolation: name -> why (the mpmath engine's reasons).
+ARB_UNSUPPORTED_STAGES: dict[str, str] = dict(EXACT_UNSUPPORTED_STAGES)
+
+#: kind -> arb-engine runner, for every registry op with an exact tier (``exact`` not None), derived from the
+#: registry: its custom runner (``exact="runner"``) or ``arb_op(op.exact, ...)`` with the registry's plumbing.
+ARB_RUNNERS: dict[str, ArbRunner] = {
+    op.name: CUSTOM_ARB_RUNNERS[op.name] if op.exact == "runner" else _derived_runner(op)
+    for op in REGISTRY_OPS if op.exact is not None and op.name not in ARB_UNSUPPORTED
 }
 
 
@@ -139,4 +147,4 @@ def run_arb(kind: str, config: PLDRConfig | None, params: Params | None, args: M
     return runner(config, params, args, inputs)
 
 
-__all__ = ["ARB_RUNNERS", "run_arb"]
+__all__ = ["ARB_RUNNERS", "ARB_UNSUPPORTED", "ARB_UNSUPPORTED_STAGES", "run_arb"]
