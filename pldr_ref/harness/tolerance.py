@@ -6,18 +6,20 @@ Every number in an allowance comes with its reason:
   |a - e| <= atol + rtol |e|): 1000 x the largest change of the float64 reference under 1-ulp
   relative perturbations of every input and parameter (``docs/fixtures.md``).
 * **float32, bfloat16, float16** -- four tests, each scaled by the statistics of a *calibration ensemble*
-  (:mod:`pldr_ref.harness.calibration`): ten or eleven legitimate low-precision implementations
-  (:mod:`pldr_ref.harness.arithmetic`: accumulation in float32 or in the dtype, blocked and reordered sums,
-  online softmax, exp2, reciprocals, unfused bias and activation, TF32 products in float32, the naive run) run the
-  case; per output the **median over the members** of each error measure (:class:`NaiveStats`: max error,
-  relative RMS, |offset|, |gain|) is the robust statistic the tests scale -- never one run's maximum:
+  (:mod:`pldr_ref.harness.ensemble`): twelve or thirteen legitimate low-precision implementations
+  (:mod:`pldr_ref.harness.arithmetic`: accumulation in float32 or in the dtype, elementwise work in float32 or in
+  the dtype, blocked and reordered sums, online softmax, exp2, reciprocals, unfused bias and activation, TF32
+  products in float32, the naive run) run the case; per output and error measure (:class:`NaiveStats`: max error,
+  relative RMS, |offset|, |gain|) the statistic the tests scale is the **largest, over the groups of members making
+  one arithmetic choice, of the group's median** -- never one run's maximum, and never only the majority's
+  arithmetic:
 
-  1. max test: max|a - e| <= atol = k x median max error + :data:`FLOOR_UNITS` u max|e|, with
+  1. max test: max|a - e| <= atol = k x max-error statistic + :data:`FLOOR_UNITS` u max|e|, with
      k = :data:`K_HALF` (16-bit) or max(:data:`K_MIN`, :data:`K_SQRT` sqrt(n)) (float32);
   2. relative RMS test: ||a - e|| / ||e|| <= :data:`K_RMS` rho;
-  3. offset test: |mean(a - e)| / rms(e) <= :data:`K_BIAS` (median |offset| + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho;
-  4. gain test: |<a - e, e>| / <e, e> <= :data:`K_BIAS` (median |gain| + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho,
-     rho = max(median relative RMS error, u), N = number of finite elements: independent rounding errors average
+  3. offset test: |mean(a - e)| / rms(e) <= :data:`K_BIAS` (|offset| statistic + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho;
+  4. gain test: |<a - e, e>| / <e, e> <= :data:`K_BIAS` (|gain| statistic + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho,
+     rho = max(relative-RMS statistic, u), N = number of finite elements: independent rounding errors average
      out like 1 / sqrt(N); a systematic bug (LayerNorm with the unbiased variance, a scale or shift) does not.
 
   In float32 every allowance is multiplied by :data:`F32_FACTOR` (float32 kernels evaluate exp, log, power, sin,
@@ -61,11 +63,13 @@ K_SQRT = 2.0
 K_MIN = 8.0
 #: Floor of the max test: FLOOR_UNITS unit roundoffs of the dtype times max|golden| (one ulp of the scale).
 FLOOR_UNITS = 2.0
-#: Relative RMS test: allowance = K_RMS x max(median relative RMS error of the ensemble, u).  The members themselves
-#: span up to 4.6 x their median (``cache/tiny_g`` float16 A_P: float32-accumulating members 0.012,
-#: dtype-accumulating ones 0.054) and the bundled torch backend measured 5.4 x the median there; rounded up to a
-#: power of two.
-K_RMS = 8.0
+#: Relative RMS test: allowance = K_RMS x rho, rho = max(ensemble statistic, u).  The statistic already takes the
+#: worst arithmetic-choice group (:func:`pldr_ref.harness.ensemble.robust_stats`: accumulation or elementwise
+#: work in the dtype, unfused epilogues ...), so K_RMS only covers the scatter of one kernel around its group's
+#: median: the legitimate battery backends and the bundled torch backend land at most RMS_SCATTER_MEASURED x rho on
+#: every judged output of the committed suite (``python -m pldr_ref.harness.battery``, ``docs/tolerances.md``);
+#: a factor 2 above that, rounded up to a power of two.
+K_RMS = 4.0
 #: Offset and gain tests: allowance = K_BIAS x (|naive value| + rho / sqrt(N)) + BIAS_FLOOR x rho,
 #: rho = max(naive relative RMS, u).
 K_BIAS = 8.0
