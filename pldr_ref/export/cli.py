@@ -46,7 +46,7 @@ def model_source(args: argparse.Namespace) -> Any:
 
     if args.case:
         from pldr_ref.fixtures.case import FixtureError, load_case
-        from pldr_ref.harness.cli import suite_root
+        from pldr_ref.harness.suite_loading import suite_root
 
         path = suite_root(args.suite_dir) / args.case
         if not (path / "case.json").is_file():

@@ -141,7 +141,7 @@ def run_battery(backends: Iterable[Any], cases: list[Any], dtypes: Iterable[str]
 
 def main(argv: list[str] | None = None) -> int:
     """Print the status counts of every battery backend per dtype; exit 1 on any fail or error."""
-    from pldr_ref.harness.cli import load_suite, suite_root
+    from pldr_ref.harness.suite_loading import load_suite, suite_root
     from pldr_ref.harness.validate import FAILING_STATUSES
 
     p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.battery", description=__doc__,

@@ -18,18 +18,20 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from pldr_ref.export import cli as onnx_cli
 from pldr_ref.harness.protocol import DTYPES, load_backend
+from pldr_ref.harness.suite_loading import (  # load_suite: kept importable from here for existing callers
+    DEFAULT_SUITE,
+    load_suite,  # noqa: F401
+    load_suite_checked,
+    suite_root,
+)
 
-#: Suite name meaning "the committed golden/ folder".
-DEFAULT_SUITE = "default"
 #: Exit status after Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 130
 
@@ -73,15 +75,6 @@ def timeout_seconds(text: str) -> float:
     return value
 
 
-def suite_root(name: str) -> Path:
-    """The golden folder of ``--suite-dir`` ("default" = the committed golden/)."""
-    if name == DEFAULT_SUITE:
-        from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR
-
-        return Path(DEFAULT_GOLDEN_DIR)
-    return Path(name)
-
-
 def parse_dtypes(values: list[str] | None, declared: tuple[str, ...]) -> list[str]:
     """The dtypes to run: the given ones (validated) or every declared one, in :data:`DTYPES` order."""
     if not values:
@@ -95,69 +88,6 @@ def parse_dtypes(values: list[str] | None, declared: tuple[str, ...]) -> list[st
             if d not in out:
                 out.append(d)
     return out
-
-
-def load_suite_checked(root: Path, groups: list[str] | None, pattern: str | None) -> tuple[list[Any], list[str]]:
-    """(cases, problems): every selected case of the suite under ``root`` that loads (hash-checked against
-    MANIFEST.json), and what is wrong with the suite: no manifest, selected cases listed there but missing
-    on disk, case folders not listed, files that do not match their hash, unknown case kinds.  Raises
-    ``ValueError`` (a usage error) when the folder does not exist or nothing is selected."""
-    from pldr_ref.fixtures.case import MANIFEST_NAME, FixtureError, case_dirs, load_case
-    from pldr_ref.fixtures.runners import RUNNERS
-
-    if not root.is_dir():
-        raise ValueError(f"golden suite folder {root} does not exist (build it with `pldr-ref golden build --out DIR`)")
-    try:
-        rx = re.compile(pattern) if pattern else None
-    except re.error as exc:
-        raise ValueError(f"-k {pattern!r} is not a regular expression ({exc})") from None
-
-    def selected(name: str) -> bool:
-        return (groups is None or name.split("/", 1)[0] in groups) and (rx is None or bool(rx.search(name)))
-
-    problems: list[str] = []
-    manifest_path = root / MANIFEST_NAME
-    listed: set[str] | None = None
-    if not manifest_path.is_file():
-        problems.append(f"{manifest_path} is missing: the suite's integrity (which cases, which bytes) cannot be "
-                        "checked")
-    else:
-        try:
-            listed = set(json.loads(manifest_path.read_text(encoding="utf-8")).get("cases", {}))
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
-            problems.append(f"{manifest_path} is not a valid manifest ({exc})")
-    cases = []
-    on_disk = set()
-    for d in case_dirs(root):  # filter on the folder name first: loading a case reads and hashes its tensors
-        name = f"{d.parent.name}/{d.name}"
-        on_disk.add(name)
-        if not selected(name):
-            continue
-        try:
-            case = load_case(d)
-        except (FixtureError, ValueError, KeyError, OSError) as exc:
-            problems.append(f"case {name} cannot be used: {exc}")
-            continue
-        if case.kind not in RUNNERS:
-            problems.append(f"case {name} has unknown kind {case.kind!r} (known: {', '.join(sorted(RUNNERS))})")
-            continue
-        cases.append(case)
-    if listed is not None:
-        gone = sorted(n for n in listed - on_disk if selected(n))
-        if gone:
-            problems.append(f"{len(gone)} case(s) listed in {MANIFEST_NAME} are missing on disk: "
-                            + ", ".join(gone[:5]) + (" ..." if len(gone) > 5 else ""))
-    if not cases and not problems:
-        raise ValueError(f"no cases selected under {root}")
-    return cases, problems
-
-
-def load_suite(root: Path, groups: list[str] | None, pattern: str | None) -> list[Any]:
-    """The selected cases (see :func:`load_suite_checked`); raises ``ValueError`` on any suite problem."""
-    cases, problems = load_suite_checked(root, groups, pattern)
-    if problems:
-        raise ValueError("; ".join(problems))
-    return cases
 
 
 def load_backend_checked(spec: str) -> Any:

@@ -45,7 +45,7 @@ def collect(cases: list[Any], dtype: str, *, with_torch: bool = True, members: b
     battery and wrong backends' errors."""
     from pldr_ref.harness import mutants
     from pldr_ref.harness.battery import BATTERY_ARITHMETIC, EmulatedBackend
-    from pldr_ref.harness.calibration import case_runs
+    from pldr_ref.harness.ensemble import case_runs
     from pldr_ref.harness.tolerance import case_baselines, naive_stats, output_allowance
     from pldr_ref.harness.validate import validate_case
     from pldr_ref.harness.verdict_power import NoisyLogits, ZeroLogits
@@ -116,7 +116,7 @@ def draw(rows: list[dict[str, Any]], dtype: str, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Write ``margins_<dtype>.png`` for every dtype into ``--out``."""
-    from pldr_ref.harness.cli import load_suite, suite_root
+    from pldr_ref.harness.suite_loading import load_suite, suite_root
 
     p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.figures", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -21,7 +21,6 @@ import numpy as np
 
 from pldr_ref.attention import causal_padding_mask
 from pldr_ref.harness.compare import TensorComparison, compare_tensor
-from pldr_ref.harness.protocol import CaseTimeout, StageRequest, Unsupported
 from pldr_ref.harness.stage_reference import reference_stage
 from pldr_ref.harness.tolerance import (
     Allowance,
@@ -261,7 +260,7 @@ def stage_allowance(case: Any, stage: str, layer: int | None, leaf: str, inputs:
             return float64_allowance(case, full)
         return output_allowance(case, full, dtype, golden, None)
     if callable(naive):  # the members' runs, computed only when the statistics are not stored
-        from pldr_ref.harness.calibration import stored_stats
+        from pldr_ref.harness.ensemble import stored_stats
 
         runs = naive
         stats = stored_stats(case, dtype, f"stage:{stage}:{layer}:{leaf}",
@@ -274,21 +273,21 @@ def stage_allowance(case: Any, stage: str, layer: int | None, leaf: str, inputs:
 
 def _ensemble_stats(golden: np.ndarray, dtype: str, runs: Any, leaf: str) -> Any:
     """Robust statistics of the members' runs of one stage output (None: no usable run)."""
-    from pldr_ref.harness.calibration import robust_stats
+    from pldr_ref.harness.ensemble import robust_stats
 
     if runs is None:
         return None
     if isinstance(runs, Mapping):  # one run (e.g. already restricted to a representable part)
         runs = [runs]
     per = [None if r is None or leaf not in r else naive_stats(golden, round_to(dtype, r[leaf])) for r in runs]
-    return robust_stats(per)
+    return robust_stats(per, dtype)
 
 
 def ensemble_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str, np.ndarray], dtype: str,
                    params_cache: dict) -> list[dict[str, np.ndarray] | None]:
     """Every calibration member's run of the stage from the golden upstream values (:func:`naive_stage` with that
     member's arithmetic; memoized per case, dtype and stage)."""
-    from pldr_ref.harness.calibration import stage_runs
+    from pldr_ref.harness.ensemble import stage_runs
 
     memo: dict[str, Any] = {}
 
@@ -323,76 +322,6 @@ def read_only(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         a.flags.writeable = False
         out[k] = a
     return out
-
-
-def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
-    """Run every isolatable stage of ``case`` on ``backend`` from golden upstream values (forward order)."""
-    plan = stage_plan(case)
-    if not plan:
-        return []
-    declared = set(backend.capabilities().stages)
-    if not declared:
-        return [StageResult("*", None, "unsupported", (), note="the backend declares no isolated stages")]
-    results: list[StageResult] = []
-    params_cache: dict = {}
-    from pldr_ref.harness.representable import representable_part
-
-    part = representable_part(case, dtype)
-    for stage, layer, inputs, golden in plan:
-        if stage not in declared:
-            results.append(StageResult(stage, layer, "unsupported", (), note="stage not declared by the backend"))
-            continue
-        req = StageRequest(stage, layer, case.config, case.params, dtype, read_only(inputs))
-        try:
-            got = backend.run_stage(req)
-        except Unsupported as exc:
-            results.append(StageResult(stage, layer, "unsupported", (), note=str(exc)))
-            continue
-        except CaseTimeout:
-            raise
-        except BaseException as exc:  # a crash (or exit) of the backend is a verdict, not a harness error
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            results.append(StageResult(stage, layer, "error", (), note=f"{type(exc).__name__}: {exc}"))
-            continue
-        if not isinstance(got, Mapping):
-            results.append(StageResult(stage, layer, "error", (),
-                                       note=f"run_stage returned {type(got).__name__}, expected a dict of arrays"))
-            continue
-        def naive(stage=stage, layer=layer, inputs=inputs) -> list[dict[str, np.ndarray] | None]:
-            return ensemble_stage(case, stage, layer, inputs, dtype, params_cache)
-
-        outs = []
-        for leaf, want in golden.items():
-            full = leaf if layer is None else f"layers.{layer}.{leaf}"
-            if leaf not in got:
-                outs.append(OutputResult(full, stage, "missing", None, None, note="not returned by run_stage"))
-                continue
-            got_leaf = got[leaf]
-            sel = None if part is None else part.isolated_keep(stage, leaf, np.shape(want))
-            if sel is not None and np.shape(got_leaf) == np.shape(want) and sel.any():
-                # judged on the representable rows only (pldr_ref.harness.representable)
-                want, got_leaf = np.asarray(want)[sel], np.asarray(got_leaf)[sel]
-                def naive_sel(naive=naive, leaf=leaf, sel=sel) -> list[dict[str, np.ndarray] | None]:
-                    return [None if r is None or leaf not in r else {leaf: np.asarray(r[leaf])[sel]} for r in naive()]
-
-                allow = stage_allowance(case, stage, layer, leaf, inputs, want, dtype, params_cache, naive_sel)
-                res = judge(full, stage, want, got_leaf, dtype, allow)
-                outs.append(dataclasses.replace(res, note="; ".join(
-                    x for x in (f"judged on the rows that are not fully masked ({part.dtype} cannot represent "
-                                "those)", res.note) if x)))
-                continue
-            allow = stage_allowance(case, stage, layer, leaf, inputs, want, dtype, params_cache, naive)
-            outs.append(judge(full, stage, want, got_leaf, dtype, allow))
-        statuses = {o.status for o in outs}
-        if statuses & {"fail", "missing"}:
-            status = "fail"
-        elif statuses and statuses <= {"pass"}:
-            status = "pass"
-        else:
-            status = "not_applicable"
-        results.append(StageResult(stage, layer, status, tuple(outs)))
-    return results
 
 
 def unrepresentable_stage(case: Any, dtype: str) -> str | None:

@@ -54,8 +54,9 @@ def margins(results: list[Any]) -> dict[str, dict[str, dict[str, tuple[float, st
 
 def main(argv: list[str] | None = None) -> int:
     """Print the margins table."""
-    from pldr_ref.harness.cli import load_suite, parse_dtypes, suite_root
+    from pldr_ref.harness.cli import parse_dtypes
     from pldr_ref.harness.protocol import load_backend
+    from pldr_ref.harness.suite_loading import load_suite, suite_root
     from pldr_ref.harness.validate import validate
 
     p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.margins", description=__doc__,

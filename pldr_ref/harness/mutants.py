@@ -330,6 +330,22 @@ class ScaleByDModelMutant(TorchBackend):
         return super().attention_scores(q_rot, g_lm, k_rot) / math.sqrt(h)
 
 
+class PreNormLogitsMutant(TorchBackend):
+    """Logits read from the last layer's state before its final LayerNorm (O1 + FFN(O1) instead of O2)."""
+
+    name = "mutant-pre-norm-logits"
+
+    def decoder_layer(self, P: Any, layer: int, x: Any, config: Any, **kwargs: Any) -> dict[str, Any]:
+        t = super().decoder_layer(P, layer, x, config, **kwargs)
+        if layer == config.num_layers - 1:  # the state the LM head will wrongly read, kept for this call only
+            self._pre_norm = self.residual(t["ffn_out"], t["out1"])
+        return t
+
+    def lm_head(self, P: Any, hidden: Any) -> Any:
+        pre = self.__dict__.pop("_pre_norm", None)  # an isolated lm_head stage has no layer before it
+        return super().lm_head(P, hidden if pre is None else pre)
+
+
 class LogitsOnly:
     """Mixin: the backend returns only the primary outputs (logits of every call, a layer's out2, op results)
     and declares no isolated stages and ``full_trace=False`` -- what the harness sees of a serving engine."""
@@ -356,6 +372,7 @@ LogitsOnlyUnbiasedVarianceLayerNormMutant = _logits_only(UnbiasedVarianceLayerNo
 LogitsOnlyMaskOffByOneMutant = _logits_only(MaskOffByOneMutant)
 LogitsOnlyElementwiseGMutant = _logits_only(ElementwiseGMutant)
 LogitsOnlyCachedRopeOffsetMutant = _logits_only(CachedRopeOffsetMutant)
+LogitsOnlyPreNormLogitsMutant = _logits_only(PreNormLogitsMutant)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,12 +418,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(NoResidualUnitSkipMutant, "model/tiny_exact", "float64", "metric_learner"),
     Mutation(CumulativeGramExclusiveMutant, "layer/tiny_cumulative_gram", "float64", "density_operator"),
     Mutation(ScaleByDModelMutant, "model/tiny_exact", "float64", "attention_scores"),
+    Mutation(PreNormLogitsMutant, "model/tiny_identity_g_short", "float64", "lm_head"),
     Mutation(LogitsOnlyNoScaleMutant, "model/tiny_identity_g_short", "float64", "lm_head"),
     Mutation(LogitsOnlyRopeLayoutMutant, "model/tiny_identity_g_short", "float64", "lm_head"),
     Mutation(LogitsOnlyUnbiasedVarianceLayerNormMutant, "model/tiny_identity_g_short", "float64", "lm_head"),
     Mutation(LogitsOnlyMaskOffByOneMutant, "model/tiny_identity_g_short", "float64", "lm_head"),
     Mutation(LogitsOnlyElementwiseGMutant, "model/tiny_exact", "float64", "lm_head"),
     Mutation(LogitsOnlyCachedRopeOffsetMutant, "cache/tiny_kv_g", "float64", "lm_head"),
+    Mutation(LogitsOnlyPreNormLogitsMutant, "model/tiny_identity_g_short", "float64", "lm_head"),
 )
 
 

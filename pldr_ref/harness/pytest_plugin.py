@@ -104,8 +104,9 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
     spec = config.getoption("--pldr-backend", default=None)
     if not spec:
         return
-    from pldr_ref.harness.cli import load_suite, parse_dtypes, suite_root
+    from pldr_ref.harness.cli import parse_dtypes
     from pldr_ref.harness.protocol import load_backend
+    from pldr_ref.harness.suite_loading import load_suite, suite_root
 
     try:
         backend = load_backend(spec)

@@ -6,18 +6,20 @@ Every number in an allowance comes with its reason:
   |a - e| <= atol + rtol |e|): 1000 x the largest change of the float64 reference under 1-ulp
   relative perturbations of every input and parameter (``docs/fixtures.md``).
 * **float32, bfloat16, float16** -- four tests, each scaled by the statistics of a *calibration ensemble*
-  (:mod:`pldr_ref.harness.calibration`): ten or eleven legitimate low-precision implementations
-  (:mod:`pldr_ref.harness.arithmetic`: accumulation in float32 or in the dtype, blocked and reordered sums,
-  online softmax, exp2, reciprocals, unfused bias and activation, TF32 products in float32, the naive run) run the
-  case; per output the **median over the members** of each error measure (:class:`NaiveStats`: max error,
-  relative RMS, |offset|, |gain|) is the robust statistic the tests scale -- never one run's maximum:
+  (:mod:`pldr_ref.harness.ensemble`): twelve or thirteen legitimate low-precision implementations
+  (:mod:`pldr_ref.harness.arithmetic`: accumulation in float32 or in the dtype, elementwise work in float32 or in
+  the dtype, blocked and reordered sums, online softmax, exp2, reciprocals, unfused bias and activation, TF32
+  products in float32, the naive run) run the case; per output and error measure (:class:`NaiveStats`: max error,
+  relative RMS, |offset|, |gain|) the statistic the tests scale is the **largest, over the groups of members making
+  one arithmetic choice, of the group's median** -- never one run's maximum, and never only the majority's
+  arithmetic:
 
-  1. max test: max|a - e| <= atol = k x median max error + :data:`FLOOR_UNITS` u max|e|, with
+  1. max test: max|a - e| <= atol = k x max-error statistic + :data:`FLOOR_UNITS` u max|e|, with
      k = :data:`K_HALF` (16-bit) or max(:data:`K_MIN`, :data:`K_SQRT` sqrt(n)) (float32);
   2. relative RMS test: ||a - e|| / ||e|| <= :data:`K_RMS` rho;
-  3. offset test: |mean(a - e)| / rms(e) <= :data:`K_BIAS` (median |offset| + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho;
-  4. gain test: |<a - e, e>| / <e, e> <= :data:`K_BIAS` (median |gain| + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho,
-     rho = max(median relative RMS error, u), N = number of finite elements: independent rounding errors average
+  3. offset test: |mean(a - e)| / rms(e) <= :data:`K_BIAS` (|offset| statistic + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho;
+  4. gain test: |<a - e, e>| / <e, e> <= :data:`K_BIAS` (|gain| statistic + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho,
+     rho = max(relative-RMS statistic, u), N = number of finite elements: independent rounding errors average
      out like 1 / sqrt(N); a systematic bug (LayerNorm with the unbiased variance, a scale or shift) does not.
 
   In float32 every allowance is multiplied by :data:`F32_FACTOR` (float32 kernels evaluate exp, log, power, sin,
@@ -44,7 +46,14 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.harness.compare import machine_epsilon, numpy_dtype
-from pldr_ref.registry import op_kinds
+from pldr_ref.harness.naive_run import (  # re-exported: the policy's public names
+    SINGLE_STAGE_KINDS,
+    NaiveStats,
+    naive_error,  # noqa: F401
+    naive_outputs,  # noqa: F401
+    naive_stats,
+    round_to,  # noqa: F401
+)
 
 #: Max test, bfloat16 and float16: allowance = K_HALF x the naive run's max error (+ floor).
 K_HALF = 8.0
@@ -54,11 +63,13 @@ K_SQRT = 2.0
 K_MIN = 8.0
 #: Floor of the max test: FLOOR_UNITS unit roundoffs of the dtype times max|golden| (one ulp of the scale).
 FLOOR_UNITS = 2.0
-#: Relative RMS test: allowance = K_RMS x max(median relative RMS error of the ensemble, u).  The members themselves
-#: span up to 4.6 x their median (``cache/tiny_g`` float16 A_P: float32-accumulating members 0.012,
-#: dtype-accumulating ones 0.054) and the bundled torch backend measured 5.4 x the median there; rounded up to a
-#: power of two.
-K_RMS = 8.0
+#: Relative RMS test: allowance = K_RMS x rho, rho = max(ensemble statistic, u).  The statistic already takes the
+#: worst arithmetic-choice group (:func:`pldr_ref.harness.ensemble.robust_stats`: accumulation or elementwise
+#: work in the dtype, unfused epilogues ...), so K_RMS only covers the scatter of one kernel around its group's
+#: median: the legitimate battery backends and the bundled torch backend land at most RMS_SCATTER_MEASURED x rho on
+#: every judged output of the committed suite (``python -m pldr_ref.harness.battery``, ``docs/tolerances.md``);
+#: a factor 2 above that, rounded up to a power of two.
+K_RMS = 4.0
 #: Offset and gain tests: allowance = K_BIAS x (|naive value| + rho / sqrt(N)) + BIAS_FLOOR x rho,
 #: rho = max(naive relative RMS, u).
 K_BIAS = 8.0
@@ -93,28 +104,6 @@ RULE_BASELINE = "naive-run conditioning: max, rms, offset, gain"
 RULE_EXACT = "exact match"
 RULE_NOT_APPLICABLE = "not applicable"
 RULE_NOT_JUDGEABLE = "not judgeable"
-
-#: Kinds made of one stage: an allowance above MAX_ALLOWANCE_FRACTION makes them not_applicable
-#: (the ``op`` category of :mod:`pldr_ref.registry`).
-SINGLE_STAGE_KINDS = op_kinds("op")
-
-
-@dataclasses.dataclass(frozen=True)
-class NaiveStats:
-    """Error statistics of the naive run on one output (d = naive - golden over the finite entries).
-
-    max_abs: max|d| (None: the naive run is non-finite where the golden value is finite);
-    rms_rel: ||d|| / ||golden||; offset: mean(d) / rms(golden); gain: <d, golden> / <golden, golden>;
-    n: number of finite golden entries.
-    """
-
-    max_abs: float | None
-    rms_rel: float = 0.0
-    offset: float = 0.0
-    gain: float = 0.0
-    n: int = 0
-    members: tuple[tuple[float, float, float, float], ...] = ()
-
 
 @dataclasses.dataclass(frozen=True)
 class Allowance:
@@ -262,84 +251,6 @@ def output_allowance(case: Any, name: str, dtype: str, golden: np.ndarray, basel
                               chain=not single, subset=subset)
 
 
-def round_to(dtype: str, x: np.ndarray) -> np.ndarray:
-    """``x`` rounded to ``dtype`` (range-aware, :func:`pldr_ref.fixtures.baselines.storage_round`) and widened
-    back to float64; non-float arrays pass through."""
-    from pldr_ref.fixtures.baselines import storage_round
-
-    a = np.asarray(x)
-    if a.dtype.kind != "f":
-        return a
-    if dtype == "float64":
-        return a.astype(np.float64)
-    return storage_round(a, numpy_dtype(dtype))
-
-
-def naive_stats(golden: np.ndarray, naive: np.ndarray) -> NaiveStats:
-    """:class:`NaiveStats` of ``naive`` against ``golden`` (max_abs None if the naive value is non-finite
-    where the golden one is finite, or has a different non-finite class)."""
-    g = np.asarray(golden, dtype=np.float64)
-    r = np.asarray(naive, dtype=np.float64)
-    if g.shape != r.shape:
-        return NaiveStats(None)
-    fin = np.isfinite(g)
-    if np.any(fin & ~np.isfinite(r)) or np.any(~fin & ~((r == g) | (np.isnan(r) & np.isnan(g)))):
-        return NaiveStats(None)
-    if not fin.any():
-        return NaiveStats(0.0)
-    d = r[fin] - g[fin]
-    gf = g[fin]
-    n = int(gf.size)
-    scale = float(np.max(np.abs(gf)))
-    if scale == 0.0:
-        return NaiveStats(float(np.max(np.abs(d))), 0.0, 0.0, 0.0, n)
-    gs, ds = gf / scale, d / scale  # scaled: no overflow in the sums of squares
-    gg = float(np.dot(gs, gs))
-    return NaiveStats(float(np.max(np.abs(d))), float(np.linalg.norm(ds)) / math.sqrt(gg),
-                      float(np.mean(ds)) / math.sqrt(gg / n), float(np.dot(ds, gs)) / gg, n)
-
-
-def naive_error(golden: np.ndarray, naive: np.ndarray) -> float | None:
-    """max |naive - golden| over the golden's finite entries; None if the naive value is non-finite there."""
-    return naive_stats(golden, naive).max_abs
-
-
-def naive_outputs(case: Any, dtype: str) -> dict[str, np.ndarray] | None:
-    """The naive ``dtype`` run of ``case`` by output name (None when the case has no float64 runner).
-
-    Op cases: inputs and parameters rounded, the float64 runner, outputs rounded.  Other kinds:
-    :func:`pldr_ref.fixtures.baselines.baseline_outputs` (stage-by-stage rounding for model and layer
-    cases, rounded inputs and parameters per call and step for cache and scoring cases).
-    """
-    from pldr_ref.fixtures.baselines import PRECISIONS, baseline_outputs
-    from pldr_ref.fixtures.runners import RUNNERS
-
-    if case.kind not in RUNNERS:
-        return None
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        if case.kind in SINGLE_STAGE_KINDS:
-            inputs = {k: round_to(dtype, v) for k, v in case.inputs.items()}
-            try:
-                run = RUNNERS[case.kind](case.config, _rounded_params(case.params, dtype), case.args, inputs)
-            except (FloatingPointError, OverflowError, ValueError):
-                return {}
-            return {k: round_to(dtype, v) for k, v in run.items()}
-        if case.params is None:
-            return None
-        try:
-            return baseline_outputs(case.kind, case.params, case.args, case.inputs, PRECISIONS[dtype])
-        except (FloatingPointError, OverflowError, ValueError):
-            return {}
-
-
-def _rounded_params(params: Any, dtype: str) -> Any:
-    if params is None:
-        return None
-    from pldr_ref.params import Params
-
-    return Params(params.config, {k: round_to(dtype, v) for k, v in params.items()})
-
-
 #: Largest finite float32 magnitude: the widest format of any mixed-precision backend below float64.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -371,7 +282,7 @@ def case_baselines(case: Any, dtype: str, keep: Mapping[str, np.ndarray] | None 
     if wide:
         return {}, f"{wide} holds finite values beyond the float32 range: no backend below float64 can carry it"
     from pldr_ref.fixtures.runners import RUNNERS
-    from pldr_ref.harness.calibration import case_runs, robust_stats, stored_stats
+    from pldr_ref.harness.ensemble import case_runs, robust_stats, stored_stats
 
     if case.kind not in RUNNERS or (case.kind not in SINGLE_STAGE_KINDS and case.params is None):
         return None, "none"
@@ -389,7 +300,7 @@ def case_baselines(case: Any, dtype: str, keep: Mapping[str, np.ndarray] | None 
             per = [naive_stats(np.asarray(g)[sel], np.asarray(run[name])[sel])
                    if sel is not None and np.shape(run[name]) == np.shape(g) else naive_stats(g, run[name])
                    for run in runs]
-            return robust_stats(per)
+            return robust_stats(per, dtype)
 
         st = stored_stats(case, dtype, name, compute)
         if st != ABSENT:

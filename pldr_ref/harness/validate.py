@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from pldr_ref.harness.isolation import isolate_stages
 from pldr_ref.harness.localize import (
     OUTSIDE_WIDE,
     OutputResult,
     StageResult,
     first_failing_stage,
-    isolate_stages,
     judge,
     read_only,
     unrepresentable_stage,

@@ -116,7 +116,7 @@ def table(rows: list[PowerRow]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the verdict-power table (and the cases behind the misses)."""
-    from pldr_ref.harness.cli import load_suite, suite_root
+    from pldr_ref.harness.suite_loading import load_suite, suite_root
 
     p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.verdict_power", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,0 +1,245 @@
+"""The calibration ensemble and its statistics (``docs/tolerances.md``): what the pass/fail policy scales.
+
+Each member of :data:`ENSEMBLE` is an :class:`~pldr_ref.harness.arithmetic.Arithmetic`: one legitimate way to
+compute the model in a storage dtype (accumulation in float32 or in the dtype, elementwise work in float32 or in
+the dtype, one-pass or blocked sums in two orders, two-pass or online softmax, exp or exp2, division or
+reciprocal, fused or unfused bias and activation, TF32 products in float32 runs, and the naive run that rounds
+only stage outputs).  Every member runs the case (or the isolated stage) through the reference code with its
+arithmetic (:func:`pldr_ref.harness.arithmetic.emulating`); its error against the golden value gives four numbers
+per output (max error, relative RMS, offset, gain).  The statistic of each (:func:`robust_stats`) is the largest,
+over the groups of members making one arithmetic choice (:func:`choice_groups`), of the group's **median** --
+never one run's maximum -- and the policy (:mod:`pldr_ref.harness.tolerance`) scales it.  The statistics are
+rounded up to :data:`SIGNIFICANT_DIGITS` significant digits, so an allowance is the same on every machine, BLAS,
+thread count and ml_dtypes version (the arithmetic is elementwise NumPy in explicit order, the rounding
+pldr_ref's own).
+
+Members are evaluated once per case, dtype (and isolated stage) and process (:func:`case_runs`, memoized on the
+case's content); the statistics of the committed suite are read from :data:`CACHE_FILE`, which
+:mod:`pldr_ref.harness.calibration` writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pldr_ref.harness.arithmetic import Arithmetic, emulating
+from pldr_ref.harness.naive_run import NaiveStats, naive_outputs
+
+#: The calibration ensemble (12 members for bfloat16 / float16; the float32 ensemble adds a TF32 member).
+ENSEMBLE: tuple[Arithmetic, ...] = (
+    Arithmetic("naive", internal=False),
+    Arithmetic("f32acc-seq"),
+    Arithmetic("f32acc-t16-online16-exp2", tile=16, softmax="online", softmax_tile=16, exp2=True),
+    Arithmetic("f32acc-t64-online64-recip-unfused", tile=64, softmax="online", softmax_tile=64, reciprocal=True,
+               fused=False),
+    Arithmetic("f32acc-t256-exp2-recip", tile=256, exp2=True, reciprocal=True),
+    Arithmetic("f32acc-reverse-unfused", order="reverse", fused=False),
+    Arithmetic("dtype-acc-t16", accumulate="storage", tile=16),
+    Arithmetic("dtype-acc-seq-online64", accumulate="storage", softmax="online", softmax_tile=64),
+    Arithmetic("dtype-all-t64-recip", accumulate="storage", compute="storage", tile=64, reciprocal=True),
+    # two more members doing their elementwise work in the dtype (eager 16-bit frameworks round every op's
+    # output), so that choice has a group of MIN_GROUP members (:func:`choice_groups`)
+    Arithmetic("dtype-all-t16-online16-unfused", accumulate="storage", compute="storage", tile=16, softmax="online",
+               softmax_tile=16, fused=False),
+    Arithmetic("f32acc-t256-dtype-elementwise-reverse-exp2", compute="storage", tile=256, order="reverse", exp2=True),
+    Arithmetic("f32acc-reverse-t16-online256-exp2-unfused", order="reverse", tile=16, softmax="online",
+               softmax_tile=256, exp2=True, fused=False),
+)
+#: Added to the float32 ensemble only.
+TF32_MEMBER = Arithmetic("tf32-products", tf32=True, tile=64)
+
+#: Medians are rounded up to this many significant digits (machine independence, see module docstring).
+SIGNIFICANT_DIGITS = 2
+
+
+def members(dtype: str) -> tuple[Arithmetic, ...]:
+    """The calibration ensemble of ``dtype``."""
+    return ENSEMBLE + ((TF32_MEMBER,) if dtype == "float32" else ())
+
+
+def round_up(x: float, digits: int = SIGNIFICANT_DIGITS) -> float:
+    """``x`` >= 0 rounded up to ``digits`` significant decimal digits (0 stays 0)."""
+    if not x > 0 or not math.isfinite(x):
+        return x
+    e = math.floor(math.log10(x)) - digits + 1
+    q = 10.0 ** e
+    return float(f"{math.ceil(x / q - 1e-9) * q:.{digits}g}")
+
+
+def case_digest(case: Any) -> str:
+    """A digest of what a calibration depends on: the case's name, kind, config, args, inputs, outputs, params."""
+    h = hashlib.sha256()
+    h.update(repr((case.name, case.kind, repr(case.config), sorted(case.args.items()))).encode())
+    tensors = [case.inputs, case.outputs] + ([dict(case.params.items())] if case.params is not None else [])
+    for group in tensors:
+        for k in sorted(group):
+            a = np.ascontiguousarray(group[k])
+            h.update(k.encode())
+            h.update(str(a.dtype).encode())
+            h.update(repr(a.shape).encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
+_MEMO: dict[tuple, Any] = {}
+#: Most member runs kept in :data:`_MEMO` (oldest dropped first): the statistics are kept in :data:`_STORE`, the
+#: runs only while the outputs of one case are judged.
+MEMO_ENTRIES = 48
+
+
+def _memo(key: tuple, compute: Callable[[], Any]) -> Any:
+    if key not in _MEMO:
+        if len(_MEMO) >= MEMO_ENTRIES:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = compute()
+    return _MEMO[key]
+
+
+def _digest(case: Any) -> str:
+    cached = getattr(case, "_calibration_digest", None)
+    if cached is None:
+        cached = case_digest(case)
+        with contextlib.suppress(AttributeError, TypeError):
+            object.__setattr__(case, "_calibration_digest", cached)
+    return cached
+
+
+def case_runs(case: Any, dtype: str) -> list[tuple[str, dict[str, np.ndarray] | None]]:
+    """(member name, outputs) of every member's run of ``case`` in ``dtype`` (None: no run for this kind)."""
+    def compute() -> list[tuple[str, dict[str, np.ndarray] | None]]:
+        out = []
+        for m in members(dtype):
+            with emulating(m, dtype):
+                out.append((m.name, naive_outputs(case, dtype)))
+        return out
+
+    return _memo(("case", _digest(case), dtype), compute)
+
+
+def stage_runs(case: Any, stage: str, layer: int | None, dtype: str,
+               run: Callable[[], dict[str, np.ndarray] | None]) -> list[tuple[str, dict[str, np.ndarray] | None]]:
+    """(member name, outputs) of every member's run of one isolated stage (``run`` evaluates it)."""
+
+    def compute() -> list[tuple[str, dict[str, np.ndarray] | None]]:
+        out = []
+        for m in members(dtype):
+            with emulating(m, dtype):
+                out.append((m.name, run()))
+        return out
+
+    return _memo(("stage", _digest(case), dtype, stage, layer), compute)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the statistics store: computed once per case, dtype and output, committed in CACHE_FILE
+
+#: The committed statistics of the committed suite (``python -m pldr_ref.harness.calibration --write``): validation
+#: reads them instead of running the ensemble; a case whose digest is absent (another suite, a changed case) is
+#: calibrated at validation time.  ``tests/test_harness_calibration.py`` recomputes a sample and checks coverage.
+CACHE_FILE = Path(__file__).with_name("calibration.json")
+#: Bumped whenever the emulated arithmetic or the statistic changes: statistics of another revision are ignored.
+CALIBRATION_REVISION = 2
+
+_STORE: dict[str, Any] | None = None
+
+
+def fingerprint() -> str:
+    """Identifies the ensemble, the statistic and :data:`CALIBRATION_REVISION`."""
+    text = repr((members("float32"), members("bfloat16"), SIGNIFICANT_DIGITS, CHOICES, MIN_GROUP,
+                 CALIBRATION_REVISION))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _store() -> dict[str, Any]:
+    global _STORE
+    if _STORE is None:
+        _STORE = {}
+        if CACHE_FILE.is_file():
+            doc = json.loads(CACHE_FILE.read_text(encoding="utf-8"))
+            if doc.get("fingerprint") == fingerprint():
+                _STORE = doc["cases"]
+    return _STORE
+
+
+def _encode(st: Any) -> list | str | None:
+    return st if st is None or isinstance(st, str) else [st.max_abs, st.rms_rel, st.offset, st.gain, st.n]
+
+
+def _decode(v: list | str | None) -> Any:
+    return v if v is None or isinstance(v, str) else NaiveStats(v[0], v[1], v[2], v[3], int(v[4]))
+
+
+def stored_stats(case: Any, dtype: str, key: str, compute: Callable[[], Any]) -> Any:
+    """The ensemble statistics of ``key`` (an output name, or ``stage:layer:leaf``) of ``case`` in ``dtype``:
+    from the store, else ``compute()`` (then kept in the store for this process)."""
+    entry = _store().setdefault(_digest(case), {}).setdefault(dtype, {})
+    if key not in entry:
+        entry[key] = _encode(compute())
+    return _decode(entry[key])
+
+
+#: Arithmetic choices (fields of :class:`~pldr_ref.harness.arithmetic.Arithmetic`) whose values group the members
+#: for the statistic (:func:`choice_groups`).
+CHOICES = ("accumulate", "compute", "tile", "order", "softmax", "exp2", "reciprocal", "fused", "tf32")
+#: A choice group counts when at least this many members make that choice: its median is then not one member's
+#: value, and one member's unlucky rounding moves it by at most one rank.
+MIN_GROUP = 3
+
+
+def choice_groups(dtype: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """(label, member indices) of the groups the statistic takes its median over: the whole ensemble of ``dtype``,
+    and for each value of each arithmetic choice in :data:`CHOICES` (accumulation in float32 or in the dtype,
+    elementwise work in float32 or in the dtype, a tile size, an order, online softmax, exp2, reciprocals,
+    unfused bias and activation, TF32) the members that make it, when at least :data:`MIN_GROUP` do.  The naive
+    member (float64 inside each stage) makes none of those choices and belongs to the whole ensemble only."""
+    ms = members(dtype)
+    groups: list[tuple[str, tuple[int, ...]]] = [("all", tuple(range(len(ms))))]
+    for field in CHOICES:
+        values = sorted({repr(getattr(m, field)) for m in ms if m.internal})
+        for v in values:
+            idx = tuple(i for i, m in enumerate(ms) if m.internal and repr(getattr(m, field)) == v)
+            if len(idx) >= MIN_GROUP and len(idx) < len(ms):
+                groups.append((f"{field}={v}", idx))
+    return tuple(groups)
+
+
+def robust_stats(per_member: list[Any], dtype: str | None = None) -> Any:
+    """The ensemble's statistics of one output, each of max error, relative RMS, |offset| and |gain| taken as
+    **the largest, over the choice groups, of the median over the group's members** (:func:`choice_groups`;
+    rounded up to :data:`SIGNIFICANT_DIGITS` digits), with the members' values in ``members``.
+
+    ``per_member`` in the order of ``members(dtype)``; without ``dtype`` (or with another number of entries) the
+    only group is the whole list.  Why per group: the members form clusters by their choices -- accumulation in
+    the 16-bit dtype lands 4-5x, elementwise work in the dtype 10x, unfused epilogues up to 15x (a 3-element
+    score) from the float32-accumulating majority -- and a median over all members covers the majority only, so a
+    legitimate kernel making a minority choice failed (issue 19, the whole battery).  Each choice is covered by
+    the typical member making it; no single member's value decides (a group has at least :data:`MIN_GROUP`).
+    None (non-finite) when at least half the members are non-finite."""
+    ok = [s is not None and s.max_abs is not None for s in per_member]
+    if not per_member or 2 * sum(ok) <= len(per_member):
+        return None
+    groups = (choice_groups(dtype) if dtype is not None and len(per_member) == len(members(dtype))
+              else (("all", tuple(range(len(per_member)))),))
+    finite = [s for s, good in zip(per_member, ok, strict=True) if good]
+    n = finite[0].n
+
+    def stat(value: Callable[[Any], float]) -> float:
+        best = 0.0
+        for _, idx in groups:
+            vals = [value(per_member[i]) for i in idx if ok[i]]
+            if 2 * len(vals) > len(idx):  # a group mostly non-finite has no median
+                best = max(best, float(np.median(np.asarray(vals, dtype=np.float64))))
+        return round_up(best)
+
+    return NaiveStats(stat(lambda s: s.max_abs), stat(lambda s: s.rms_rel), stat(lambda s: abs(s.offset)),
+                      stat(lambda s: abs(s.gain)), n,
+                      members=tuple((s.max_abs, s.rms_rel, s.offset, s.gain) for s in finite))
+
