@@ -334,3 +334,48 @@ def test_table_meanings_are_one_line_each() -> None:
         assert AUTO not in s.values or s.group == "emulation"
     assert set(ENGINES) == {"float64", "mpmath", "arb", "torch", "numpy32", "jax", "onnx", "triton"}
     assert isinstance(SWITCHES[0], Switch) and pldr_ref.PLDRConfig is PLDRConfig
+
+
+# ----------------------------------------------------------------------------- docs/adding_a_switch.md
+DOC = ROOT / "docs" / "adding_a_switch.md"
+TABLE_BEGIN, TABLE_END = "<!-- switch-table:begin -->\n", "<!-- switch-table:end -->"
+
+
+def doc_problems(text: str) -> list[str]:
+    """Repository paths the page names that do not exist, names it gives to the table's API that it lacks, and a
+    table section that is not the table's Markdown."""
+    import re
+
+    from pldr_ref import switches as table_module
+
+    problems = [f"missing path {p}" for p in sorted(set(re.findall(r"`((?:pldr_ref|tests|docs)/[\w./-]+)`", text)))
+                if not (ROOT / p.split("::")[0]).exists()]
+    problems += [f"pldr_ref.switches has no {n}" for n in ("SWITCHES", "declared_switches", "pinned_values",
+                                                             "require_engine_support", "markdown")
+                 if f"`{n}" in text and not hasattr(table_module, n)]
+    start, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+    if start < 0 or end < start or text[start + len(TABLE_BEGIN):end] != table_module.markdown():
+        problems.append("the table section is not pldr_ref.switches.markdown()")
+    return problems
+
+
+def test_adding_a_switch_doc_is_honest() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    assert doc_problems(text) == []
+    from pldr_ref.fixtures import suite_switches
+    from pldr_ref.harness import switch_mutants
+
+    assert callable(suite_switches.table_cases) and callable(switch_mutants.table_mutations)
+    # the steps name every file a new switch needs on this branch, in order
+    steps = [text.find(f"`{p}`") for p in ("pldr_ref/switches.py", "pldr_ref/config.py", "docs/equations.md")]
+    assert -1 not in steps and steps == sorted(steps)
+
+
+def test_doc_check_catches_a_stale_doc() -> None:
+    """Negative control: a path that does not exist and a table row that no longer matches are reported."""
+    text = DOC.read_text(encoding="utf-8")
+    stale = text.replace("`pldr_ref/harness/switch_mutants.py`", "`pldr_ref/harness/switch_mutant.py`", 1)
+    stale = stale.replace("forced to 1/T", "forced to 1/S", 1)
+    problems = doc_problems(stale)
+    assert "missing path pldr_ref/harness/switch_mutant.py" in problems
+    assert "the table section is not pldr_ref.switches.markdown()" in problems
