@@ -32,7 +32,7 @@ import numpy as np
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import FIXED_G_KEY, Params
-from pldr_ref.registry import ALL_STAGES
+from pldr_ref.registry import ALL_STAGES, OPS_BY_NAME
 from pldr_ref.switches import declared_switches
 
 #: Harness dtype names this backend computes in.
@@ -46,6 +46,14 @@ OP_KINDS = ("sigmoid", "silu", "iswiglu", "layer_norm", "linear", "glu", "apply_
             "cumulative_density_operator", "metric_tensor", "potential_tensor", "energy_curvature",
             "attention_scores", "causal_padding_mask", "apply_mask", "masked_softmax", "mix_values", "embedding",
             "lm_head", "residual_unit", "metric_learner", "metric_learner_v500", "metric_learner_v900")
+
+#: Op kinds whose method takes the op's registry inputs (in order) then its scalar arguments: kind -> method.
+DIRECT_OP_METHODS = {
+    "sigmoid": "sigmoid", "silu": "silu", "iswiglu": "iswiglu", "layer_norm": "layer_norm", "linear": "linear",
+    "density_operator": "density", "cumulative_density_operator": "cumulative_density",
+    "metric_tensor": "metric_tensor", "potential_tensor": "potential_tensor", "energy_curvature": "energy_curvature",
+    "attention_scores": "attention_scores", "causal_padding_mask": "causal_padding_mask", "mix_values": "mix_values",
+}
 
 #: Every fixture kind this backend runs (:meth:`JaxBackend.capabilities`).
 KINDS = ("forward", "decoder_layer", *OP_KINDS)
@@ -530,39 +538,21 @@ class JaxBackend:
         arguments, config or None)."""
         a = dict(args[0])
         c = args[1]
-        if kind in ("sigmoid", "silu", "iswiglu"):
-            return {"out": getattr(self, kind)(i["z"])}
-        if kind == "layer_norm":
-            return {"out": self.layer_norm(i["x"], i["gamma"], i["beta"], float(a["eps"]))}
-        if kind == "linear":
-            return {"out": self.linear(i["x"], i["weight"], i.get("bias"))}
+        if kind in DIRECT_OP_METHODS:  # the method takes the registry's inputs, then its scalar arguments
+            op = OPS_BY_NAME[kind]
+            values = [i.get(n[:-1]) if n.endswith("?") else i[n] for n in op.inputs]
+            return {"out": getattr(self, DIRECT_OP_METHODS[kind])(*values, *(float(a[n]) for n in op.args))}
         if kind == "glu":
             Pg = {f"gluw{j}.weight": i[f"w{j}"] for j in (1, 2, 3)}
             Pg.update({f"gluw{j}.bias": i[f"b{j}"] for j in (1, 2, 3) if f"b{j}" in i})
             return {"out": self.glu(i["x"], Pg, "")}
         if kind == "apply_rope":
             return {"out": self.rope(i["x"], i["positions"], a["layout"], a["precision"], float(a["base"]))}
-        if kind == "density_operator":
-            return {"out": self.density(i["q_rot"])}
-        if kind == "cumulative_density_operator":
-            return {"out": self.cumulative_density(i["q_rot"])}
-        if kind == "metric_tensor":
-            return {"out": self.metric_tensor(i["a"], i["W"], i["b"], float(a["eps_adj"]))}
-        if kind == "potential_tensor":
-            return {"out": self.potential_tensor(i["a_lm"], i["P"])}
-        if kind == "energy_curvature":
-            return {"out": self.energy_curvature(i["a_p"], i["a"], i["b_a"])}
-        if kind == "attention_scores":
-            return {"out": self.attention_scores(i["q_rot"], i["g_lm"], i["k_rot"])}
-        if kind == "causal_padding_mask":
-            return {"out": self.causal_padding_mask(i["query_positions"], i["key_positions"], i.get("key_padding"))}
         if kind == "apply_mask":
             return {"out": self.apply_mask(i["scores"], i["mask"].astype(bool), a["mode"], float(a["mask_value"]))}
         if kind == "masked_softmax":
             lg = i["logits"]
             return {"out": self.softmax(self.apply_mask(lg, None, "ideal", 0.0)).astype(lg.dtype)}
-        if kind == "mix_values":
-            return {"out": self.mix_values(i["e"], i["v"])}
         if P is None or c is None:
             raise Unsupported(f"op kind {kind!r} needs model parameters")
         if kind == "embedding":
