@@ -3,7 +3,7 @@
     python -m pldr_ref.harness.figures --out docs        # writes docs/margins_{float32,bfloat16,float16}.png
 
 For every model and layer case of the suite, the relative RMS error of its primary output (the logits, a layer's
-``out2``) in that dtype: the calibration ensemble's median (grey dot; every member with ``--members``), the
+``out2``) in that dtype: the calibration ensemble's statistic (grey dot; every member with ``--members``), the
 allowance derived from it (black bar; grey where the output is not judgeable), the battery backends outside the
 ensemble (blue), and wrong backends -- mutants of the torch backend, all-zero logits and 3 % noise (red; a red
 cross below the bar is a mutant whose bug does not touch that case, e.g. a mask bug on a one-row case).  A correct
@@ -41,7 +41,7 @@ def _rms(result: Any, name: str) -> float | None:
 
 
 def collect(cases: list[Any], dtype: str, *, with_torch: bool = True, members: bool = False) -> list[dict[str, Any]]:
-    """Per case: the members' relative RMS errors (``members`` False: their stored median only), the allowance,
+    """Per case: the members' relative RMS errors (``members`` False: their stored statistic only), the allowance,
     battery and wrong backends' errors."""
     from pldr_ref.harness import mutants
     from pldr_ref.harness.battery import BATTERY_ARITHMETIC, EmulatedBackend
@@ -67,7 +67,7 @@ def collect(cases: list[Any], dtype: str, *, with_torch: bool = True, members: b
             g = np.asarray(case.outputs[name])
             member_err = [naive_stats(g, run[name]).rms_rel for _, run in case_runs(case, dtype)
                           if run is not None and name in run]
-        else:  # the stored median of the members (pldr_ref/harness/calibration.json)
+        else:  # the stored statistic of the members (pldr_ref/harness/calibration.json)
             stats, _ = case_baselines(case, dtype)
             st = (stats or {}).get(name)
             member_err = [] if st is None or isinstance(st, str) else [st.rms_rel]
@@ -95,7 +95,7 @@ def draw(rows: list[dict[str, Any]], dtype: str, path: Path) -> None:
     floor = 1e-9
     for i, r in enumerate(rows):
         ax.scatter([i] * len(r["members"]), np.maximum(r["members"], floor), s=10, c="0.6",
-                   label="calibration ensemble (members, or their median)" if i == 0 else None)
+                   label="calibration ensemble (members, or their statistic)" if i == 0 else None)
         ax.scatter([i] * len(r["correct"]), np.maximum(r["correct"], floor), s=18, c="tab:blue", marker="o",
                    label="battery (correct, not calibrated on)" if i == 0 else None)
         ax.scatter([i] * len(r["wrong"]), np.maximum(r["wrong"], floor), s=22, c="tab:red", marker="x",
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", action="append", default=None)
     p.add_argument("--suite-dir", "--suite", dest="suite", default="default")
     p.add_argument("--no-torch", action="store_true")
-    p.add_argument("--members", action="store_true", help="run every member (slow) instead of the stored median")
+    p.add_argument("--members", action="store_true", help="run every member (slow) instead of the stored statistic")
     args = p.parse_args(argv)
     cases = [c for c in load_suite(suite_root(args.suite), None, None) if primary_name(c) is not None]
     for dtype in args.dtype or ["float32", "bfloat16", "float16"]:

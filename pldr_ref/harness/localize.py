@@ -140,7 +140,7 @@ def judge(name: str, stage: str | None, expected: np.ndarray, actual: np.ndarray
                                 note=f"{cmp.class_mismatches} NaN/inf class mismatches (never within any allowance)")
         if allowance.atol is not None:
             # Outside even this wide allowance does not fail the output: legitimate runs of an ill-conditioned
-            # chain (A_LM^P amplifies by |P|) scatter far beyond the ensemble's median there.  It is noted, and
+            # chain (A_LM^P amplifies by |P|) scatter far beyond the ensemble's statistic there.  It is noted, and
             # names the stage of a case that fails elsewhere (:func:`pldr_ref.harness.validate.describe_first_failure`).
             wide = compare_tensor(name, expected, actual, dtype, allowance.atol, allowance.rtol)
             problems = failed_tests(wide, allowance)

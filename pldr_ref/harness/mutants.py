@@ -387,14 +387,14 @@ class Mutation:
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(RopeLayoutMutant, "model/tiny_exact", "float64", "rope"),
-    Mutation(CachedRopeOffsetMutant, "cache/tiny_kv_g", "float64", "rope"),
+    Mutation(CachedRopeOffsetMutant, "cache/narrow_kv_g_learned_g", "float64", "rope"),
     Mutation(ElementwiseGMutant, "model/tiny_exact", "float64", "energy_curvature"),
     Mutation(NoEpsAdjMutant, "model/tiny_exact", "float64", "metric_tensor"),
     Mutation(A0NormAxisMutant, "model/tiny_exact", "float64", "metric_learner"),
     Mutation(KeyGramMutant, "model/tiny_exact", "float64", "density_operator"),
     Mutation(NoScaleMutant, "model/tiny_exact", "float64", "attention_scores"),
     Mutation(Float16MaskOverflowMutant, "layer/tiny_l1_mask_additive", "float16", "masked_softmax"),
-    Mutation(GCacheIgnoredMutant, "cache/tiny_g", "float64", "metric_tensor"),
+    Mutation(GCacheIgnoredMutant, "cache/narrow_g_learned_g", "float64", "metric_tensor"),
     Mutation(SoftmaxAxisMutant, "model/tiny_exact", "float64", "masked_softmax"),
     Mutation(LayerNormEpsMutant, "model/tiny_exact", "float64", "input_norm"),
     Mutation(UnbiasedVarianceLayerNormMutant, "model/tiny_exact", "float64", "input_norm"),
@@ -424,7 +424,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(LogitsOnlyUnbiasedVarianceLayerNormMutant, "model/tiny_identity_g_short", "float64", "lm_head"),
     Mutation(LogitsOnlyMaskOffByOneMutant, "model/tiny_identity_g_short", "float64", "lm_head"),
     Mutation(LogitsOnlyElementwiseGMutant, "model/tiny_exact", "float64", "lm_head"),
-    Mutation(LogitsOnlyCachedRopeOffsetMutant, "cache/tiny_kv_g", "float64", "lm_head"),
+    Mutation(LogitsOnlyCachedRopeOffsetMutant, "cache/narrow_kv_g_learned_g", "float64", "lm_head"),
     Mutation(LogitsOnlyPreNormLogitsMutant, "model/tiny_identity_g_short", "float64", "lm_head"),
 )
 
