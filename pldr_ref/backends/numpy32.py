@@ -22,7 +22,7 @@ from pldr_ref.registry import ALL_STAGES, op_kinds
 
 F32 = np.float32
 
-#: The fixture kinds this backend runs.
+#: The fixture kinds this backend runs (its capabilities' kinds).
 KINDS = ("forward", "decoder_layer")
 
 #: Registry ops (fixture kinds) this backend does not run: name -> why, by category (it runs whole layers and
@@ -110,7 +110,7 @@ class Numpy32Backend:
 
     def capabilities(self) -> Capabilities:
         """float32; forward and decoder_layer cases; KV/G hooks of layer cases; no isolated stages."""
-        return Capabilities(dtypes=("float32",), kinds=KINDS, caches=("kv", "g"),
+        return Capabilities(dtypes=("float32",), kinds=("forward", "decoder_layer"), caches=("kv", "g"),
                             switches=DEFAULT_EMULATION_SWITCHES)
 
     def params(self, params: Params) -> dict[str, np.ndarray]:

@@ -35,8 +35,7 @@ from pldr_ref.registry import ALL_STAGES, OPS
 ORT_DTYPES = {"tensor(double)": "float64", "tensor(float)": "float32", "tensor(float16)": "float16",
               "tensor(bfloat16)": "bfloat16"}
 
-#: NumPy dtype fed for each harness dtype (bfloat16 through ml_dtypes).
-#: The fixture kinds an ONNX graph runs: the forward map.
+#: The fixture kinds an ONNX graph runs: the forward map (the backends' capabilities' kinds).
 KINDS = ("forward",)
 
 #: Registry ops (fixture kinds) and stages the ONNX backends do not run: name -> why.
@@ -46,6 +45,7 @@ UNSUPPORTED_KINDS: dict[str, str] = {
 UNSUPPORTED_STAGES: dict[str, str] = {
     s.name: "an ONNX graph runs whole; its trace outputs stand in for isolated stages" for s in ALL_STAGES}
 
+#: NumPy dtype fed for each harness dtype (bfloat16 through ml_dtypes).
 FEED_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 
 
@@ -159,7 +159,7 @@ class OnnxModel:
 
 
 def _capabilities(dtype: str, full_trace: bool) -> Capabilities:
-    return Capabilities(dtypes=(dtype,), kinds=KINDS, switches=DEFAULT_EMULATION_SWITCHES,
+    return Capabilities(dtypes=(dtype,), kinds=("forward",), switches=DEFAULT_EMULATION_SWITCHES,
                         full_trace=full_trace)
 
 
@@ -199,7 +199,7 @@ class OnnxExportBackend:
 
     def capabilities(self) -> Capabilities:
         """float32 and float16 exports; forward cases; the full trace."""
-        return Capabilities(dtypes=("float32", "float16"), kinds=KINDS, switches=DEFAULT_EMULATION_SWITCHES)
+        return Capabilities(dtypes=("float32", "float16"), kinds=("forward",), switches=DEFAULT_EMULATION_SWITCHES)
 
     def model_for(self, params: Params, dtype: str) -> OnnxModel:
         """The exported (and, for a mutant, rewritten) model of ``params``' config, cached per Params object."""
