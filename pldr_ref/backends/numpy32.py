@@ -23,7 +23,7 @@ from pldr_ref.switches import declared_switches
 
 F32 = np.float32
 
-#: The fixture kinds this backend runs.
+#: The fixture kinds this backend runs (its capabilities' kinds).
 KINDS = ("forward", "decoder_layer")
 
 #: Registry ops (fixture kinds) this backend does not run: name -> why, by category (it runs whole layers and

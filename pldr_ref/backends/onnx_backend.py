@@ -36,8 +36,7 @@ from pldr_ref.switches import declared_switches
 ORT_DTYPES = {"tensor(double)": "float64", "tensor(float)": "float32", "tensor(float16)": "float16",
               "tensor(bfloat16)": "bfloat16"}
 
-#: NumPy dtype fed for each harness dtype (bfloat16 through ml_dtypes).
-#: The fixture kinds an ONNX graph runs: the forward map.
+#: The fixture kinds an ONNX graph runs: the forward map (the backends' capabilities' kinds).
 KINDS = ("forward",)
 
 #: Registry ops (fixture kinds) and stages the ONNX backends do not run: name -> why.
@@ -47,6 +46,7 @@ UNSUPPORTED_KINDS: dict[str, str] = {
 UNSUPPORTED_STAGES: dict[str, str] = {
     s.name: "an ONNX graph runs whole; its trace outputs stand in for isolated stages" for s in ALL_STAGES}
 
+#: NumPy dtype fed for each harness dtype (bfloat16 through ml_dtypes).
 FEED_DTYPES = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
 
 
