@@ -66,9 +66,9 @@ FLOOR_UNITS = 2.0
 #: Relative RMS test: allowance = K_RMS x rho, rho = max(ensemble statistic, u).  The statistic already takes the
 #: worst arithmetic-choice group (:func:`pldr_ref.harness.ensemble.robust_stats`: accumulation or elementwise
 #: work in the dtype, unfused epilogues ...), so K_RMS only covers the scatter of one kernel around its group's
-#: median: the legitimate battery backends and the bundled torch backend land at most RMS_SCATTER_MEASURED x rho on
-#: every judged output of the committed suite (``python -m pldr_ref.harness.battery``, ``docs/tolerances.md``);
-#: a factor 2 above that, rounded up to a power of two.
+#: median: the legitimate battery backends and the bundled torch backend land at most 2.5 x rho on the judged
+#: outputs of the committed suite except one chaotic cached chain in bfloat16 (4.9 x, ``docs/tolerances.md``); 8
+#: would leave no bfloat16 forward case judgeable.
 K_RMS = 4.0
 #: Offset and gain tests: allowance = K_BIAS x (|naive value| + rho / sqrt(N)) + BIAS_FLOOR x rho,
 #: rho = max(naive relative RMS, u).
