@@ -17,7 +17,8 @@ Every number in an allowance comes with its reason:
   1. max test: max|a - e| <= atol = k x max-error statistic + :data:`FLOOR_UNITS` u max|e|, with
      k = :data:`K_HALF` (16-bit) or max(:data:`K_MIN`, :data:`K_SQRT` sqrt(n)) (float32);
   2. relative RMS test: ||a - e|| / ||e|| <= :data:`K_RMS` rho;
-  3. offset test: |mean(a - e)| / rms(e) <= :data:`K_BIAS` (|offset| statistic + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho;
+  3. offset test: |mean(a - e)| / rms(e) <= :data:`K_BIAS` (|offset| statistic + rho / sqrt(N))
+     + :data:`BIAS_FLOOR` rho;
   4. gain test: |<a - e, e>| / <e, e> <= :data:`K_BIAS` (|gain| statistic + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho,
      rho = max(relative-RMS statistic, u), N = number of finite elements: independent rounding errors average
      out like 1 / sqrt(N); a systematic bug (LayerNorm with the unbiased variance, a scale or shift) does not.
