@@ -17,7 +17,8 @@ Every number in an allowance comes with its reason:
   1. max test: max|a - e| <= atol = k x max-error statistic + :data:`FLOOR_UNITS` u max|e|, with
      k = :data:`K_HALF` (16-bit) or max(:data:`K_MIN`, :data:`K_SQRT` sqrt(n)) (float32);
   2. relative RMS test: ||a - e|| / ||e|| <= :data:`K_RMS` rho;
-  3. offset test: |mean(a - e)| / rms(e) <= :data:`K_BIAS` (|offset| statistic + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho;
+  3. offset test: |mean(a - e)| / rms(e) <= :data:`K_BIAS` (|offset| statistic + rho / sqrt(N))
+     + :data:`BIAS_FLOOR` rho;
   4. gain test: |<a - e, e>| / <e, e> <= :data:`K_BIAS` (|gain| statistic + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho,
      rho = max(relative-RMS statistic, u), N = number of finite elements: independent rounding errors average
      out like 1 / sqrt(N); a systematic bug (LayerNorm with the unbiased variance, a scale or shift) does not.
@@ -66,9 +67,9 @@ FLOOR_UNITS = 2.0
 #: Relative RMS test: allowance = K_RMS x rho, rho = max(ensemble statistic, u).  The statistic already takes the
 #: worst arithmetic-choice group (:func:`pldr_ref.harness.ensemble.robust_stats`: accumulation or elementwise
 #: work in the dtype, unfused epilogues ...), so K_RMS only covers the scatter of one kernel around its group's
-#: median: the legitimate battery backends and the bundled torch backend land at most RMS_SCATTER_MEASURED x rho on
-#: every judged output of the committed suite (``python -m pldr_ref.harness.battery``, ``docs/tolerances.md``);
-#: a factor 2 above that, rounded up to a power of two.
+#: median: the legitimate battery backends and the bundled torch backend land at most 3.3 x rho on the judged
+#: outputs of the committed suite except one chaotic cached chain in bfloat16 (4.9 x, ``docs/tolerances.md``); 8
+#: would leave no bfloat16 forward case judgeable.
 K_RMS = 4.0
 #: Offset and gain tests: allowance = K_BIAS x (|naive value| + rho / sqrt(N)) + BIAS_FLOOR x rho,
 #: rho = max(naive relative RMS, u).
