@@ -5,8 +5,9 @@ Each registry stage (:data:`pldr_ref.registry.FORWARD_STAGES`) runs one of the s
 (``Stage.run``), and :func:`decoder_layer` is the composition of the same functions, so the layer and an isolated
 stage cannot drift (``tests/test_stage_registry_run.py``).  A body's parameters are named after what it reads:
 ``lp`` (this layer's parameters), ``config``, and the trace names of its inputs.  The bodies call the equations'
-functions through this module's names (``linear``, ``layer_norm``, ...), which
-:func:`pldr_ref.harness.arithmetic.emulating` swaps for emulated ones.
+functions through this module's names (``linear``, ``glu``, ...), which
+:func:`pldr_ref.harness.arithmetic.emulating` swaps for emulated ones, and every LayerNorm through
+:func:`pldr_ref.norms.configured_layer_norm` (the one place that reads LayerNorm's options from the config).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pldr_ref.config import PLDRConfig
 from pldr_ref.density import cumulative_density_operator, density_operator
 from pldr_ref.glu import glu, linear
 from pldr_ref.metric_learner import metric_learner
-from pldr_ref.norms import layer_norm
+from pldr_ref.norms import configured_layer_norm
 from pldr_ref.params import LayerParams
 from pldr_ref.plga import energy_curvature, metric_tensor, potential_tensor
 from pldr_ref.rope import RopeTable, apply_rope
@@ -115,7 +116,7 @@ def gram(config: PLDRConfig, q_rot: np.ndarray, gram_offset: np.ndarray | None =
 
 def learned_metric(lp: LayerParams, config: PLDRConfig, A0: np.ndarray) -> np.ndarray:
     """A = Res_R(... Res_1(LN(A0))) (eq. 3.3, Prop. 3.11; v900: spec §2.6), shape of A0."""
-    return metric_learner(A0, lp, config.metric_learner, config.eps_ln)
+    return metric_learner(A0, lp, config.metric_learner, config)
 
 
 def adjacency(lp: LayerParams, config: PLDRConfig, A: np.ndarray) -> np.ndarray:
@@ -169,7 +170,7 @@ def output_projection(lp: LayerParams, ctx: np.ndarray) -> np.ndarray:
 
 def post_attention_norm(lp: LayerParams, config: PLDRConfig, attn_out: np.ndarray, x: np.ndarray) -> np.ndarray:
     """O1 = LN1(Y + X) (spec §2.3; Lean ``LayerNorm``): [B, S, d]."""
-    return layer_norm(attn_out + x, lp.norm1.gamma, lp.norm1.beta, config.eps_ln)
+    return configured_layer_norm(attn_out + x, lp.norm1, config)
 
 
 def ffn(lp: LayerParams, out1: np.ndarray) -> np.ndarray:
@@ -179,7 +180,7 @@ def ffn(lp: LayerParams, out1: np.ndarray) -> np.ndarray:
 
 def post_ffn_norm(lp: LayerParams, config: PLDRConfig, ffn_out: np.ndarray, out1: np.ndarray) -> np.ndarray:
     """O2 = LN2(FFN(O1) + O1) (spec §2.3; Lean ``LayerNorm``): [B, S, d]."""
-    return layer_norm(ffn_out + out1, lp.norm2.gamma, lp.norm2.beta, config.eps_ln)
+    return configured_layer_norm(ffn_out + out1, lp.norm2, config)
 
 
 def _no_hook(name: str, arr: np.ndarray) -> np.ndarray:
