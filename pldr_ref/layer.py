@@ -19,7 +19,7 @@ import numpy as np
 from pldr_ref.attention import (
     SoftmaxKernel,
     attention_scores,
-    masked_attention_weights,
+    configured_attention_weights,
     merge_heads,
     mix_values,
     split_heads,
@@ -31,7 +31,7 @@ from pldr_ref.metric_learner import metric_learner
 from pldr_ref.norms import configured_layer_norm
 from pldr_ref.params import LayerParams
 from pldr_ref.plga import energy_curvature, metric_tensor, potential_tensor
-from pldr_ref.rope import RopeTable, apply_rope
+from pldr_ref.rope import RopeTable, configured_rope
 from pldr_ref.stage_hooks import StageHook, layer_hook, split_hook
 
 
@@ -98,10 +98,7 @@ def rotary(config: PLDRConfig, q: np.ndarray, k: np.ndarray, positions: np.ndarr
 
     q, k [B, H, S, d_k]; positions [S] or [B, S]; ``rope_table``: the table of ``rope_table="explicit"``.
     """
-    c = config
-    rope = dict(layout=c.rope_layout, base=c.rope_base, table=c.rope_table_source,
-                arithmetic=c.rope_arithmetic_dtype, explicit=rope_table)
-    return apply_rope(q, positions, **rope), apply_rope(k, positions, **rope)
+    return configured_rope(q, positions, config, rope_table), configured_rope(k, positions, config, rope_table)
 
 
 def gram(config: PLDRConfig, q_rot: np.ndarray, gram_offset: np.ndarray | None = None) -> np.ndarray:
@@ -150,12 +147,9 @@ def softmax_weights(config: PLDRConfig, scores: np.ndarray, mask: np.ndarray | N
                     on_stage: StageHook | None = None, in_place: bool = False,
                     softmax_kernel: SoftmaxKernel | None = None) -> np.ndarray:
     """E = softmax_j(Sc + mask) (eq. 3.8, spec §7.2; Lean ``Softmax``): [B, H, S, T], blockwise over query rows
-    (:func:`pldr_ref.attention.masked_attention_weights`; ``on_stage`` sees ``"masked_logits"`` and ``"E"``)."""
-    c = config
-    return masked_attention_weights(scores, mask, mask_mode=c.mask_mode, mask_value=c.mask_value,
-                                    mask_add_dtype=c.mask_add_dtype, precision=c.softmax_precision,
-                                    masked_row=c.masked_row, on_stage=on_stage, in_place=in_place,
-                                    softmax_kernel=softmax_kernel)
+    (:func:`pldr_ref.attention.configured_attention_weights`; ``on_stage`` sees ``"masked_logits"`` and ``"E"``)."""
+    return configured_attention_weights(scores, mask, config, on_stage=on_stage, in_place=in_place,
+                                        softmax_kernel=softmax_kernel)
 
 
 def value_mix(E: np.ndarray, v: np.ndarray) -> np.ndarray:
