@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pldr_ref.config import PLDRConfig
 from pldr_ref.constants import EXP_ZERO_BELOW, FINFO_MIN_F64, MASK_VALUE
 from pldr_ref.row_blocks import for_each_block, row_slices
 from pldr_ref.stage_hooks import StageHook, split_hook
@@ -341,6 +342,21 @@ def masked_attention_weights(
         if not finite[:, 1].all():
             check("E", e)
     return e
+
+
+def configured_attention_weights(scores: np.ndarray, mask: np.ndarray | None, config: PLDRConfig, *,
+                                 on_stage: StageHook | None = None, in_place: bool = False,
+                                 softmax_kernel: SoftmaxKernel | None = None) -> np.ndarray:
+    """E = softmax_j(Sc + mask) with every mask and softmax option ``config`` sets (``mask_mode``, ``mask_value``,
+    ``mask_add_dtype``, ``softmax_precision``, ``masked_row``): :func:`masked_attention_weights`, [B, H, S, T].
+
+    The one place that maps a config to the attention weights' options, so a switch of the mask or the softmax
+    is read here and nowhere else (``docs/adding_a_switch.md``)."""
+    c = config
+    return masked_attention_weights(scores, mask, mask_mode=c.mask_mode, mask_value=c.mask_value,
+                                    mask_add_dtype=c.mask_add_dtype, precision=c.softmax_precision,
+                                    masked_row=c.masked_row, on_stage=on_stage, in_place=in_place,
+                                    softmax_kernel=softmax_kernel)
 
 
 def mix_values(e: np.ndarray, v: np.ndarray) -> np.ndarray:

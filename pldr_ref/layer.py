@@ -5,8 +5,9 @@ Each registry stage (:data:`pldr_ref.registry.FORWARD_STAGES`) runs one of the s
 (``Stage.run``), and :func:`decoder_layer` is the composition of the same functions, so the layer and an isolated
 stage cannot drift (``tests/test_stage_registry_run.py``).  A body's parameters are named after what it reads:
 ``lp`` (this layer's parameters), ``config``, and the trace names of its inputs.  The bodies call the equations'
-functions through this module's names (``linear``, ``layer_norm``, ...), which
-:func:`pldr_ref.harness.arithmetic.emulating` swaps for emulated ones.
+functions through this module's names (``linear``, ``glu``, ...), which
+:func:`pldr_ref.harness.arithmetic.emulating` swaps for emulated ones, and every LayerNorm through
+:func:`pldr_ref.norms.configured_layer_norm` (the one place that reads LayerNorm's options from the config).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from pldr_ref.attention import (
     SoftmaxKernel,
     attention_scores,
-    masked_attention_weights,
+    configured_attention_weights,
     merge_heads,
     mix_values,
     split_heads,
@@ -27,10 +28,10 @@ from pldr_ref.config import PLDRConfig
 from pldr_ref.density import cumulative_density_operator, density_operator
 from pldr_ref.glu import glu, linear
 from pldr_ref.metric_learner import metric_learner
-from pldr_ref.norms import layer_norm
+from pldr_ref.norms import configured_layer_norm
 from pldr_ref.params import LayerParams
 from pldr_ref.plga import energy_curvature, metric_tensor, potential_tensor
-from pldr_ref.rope import RopeTable, apply_rope
+from pldr_ref.rope import RopeTable, configured_rope
 from pldr_ref.stage_hooks import StageHook, layer_hook, split_hook
 
 
@@ -97,10 +98,7 @@ def rotary(config: PLDRConfig, q: np.ndarray, k: np.ndarray, positions: np.ndarr
 
     q, k [B, H, S, d_k]; positions [S] or [B, S]; ``rope_table``: the table of ``rope_table="explicit"``.
     """
-    c = config
-    rope = dict(layout=c.rope_layout, base=c.rope_base, table=c.rope_table_source,
-                arithmetic=c.rope_arithmetic_dtype, explicit=rope_table)
-    return apply_rope(q, positions, **rope), apply_rope(k, positions, **rope)
+    return configured_rope(q, positions, config, rope_table), configured_rope(k, positions, config, rope_table)
 
 
 def gram(config: PLDRConfig, q_rot: np.ndarray, gram_offset: np.ndarray | None = None) -> np.ndarray:
@@ -115,7 +113,7 @@ def gram(config: PLDRConfig, q_rot: np.ndarray, gram_offset: np.ndarray | None =
 
 def learned_metric(lp: LayerParams, config: PLDRConfig, A0: np.ndarray) -> np.ndarray:
     """A = Res_R(... Res_1(LN(A0))) (eq. 3.3, Prop. 3.11; v900: spec §2.6), shape of A0."""
-    return metric_learner(A0, lp, config.metric_learner, config.eps_ln)
+    return metric_learner(A0, lp, config.metric_learner, config)
 
 
 def adjacency(lp: LayerParams, config: PLDRConfig, A: np.ndarray) -> np.ndarray:
@@ -149,12 +147,9 @@ def softmax_weights(config: PLDRConfig, scores: np.ndarray, mask: np.ndarray | N
                     on_stage: StageHook | None = None, in_place: bool = False,
                     softmax_kernel: SoftmaxKernel | None = None) -> np.ndarray:
     """E = softmax_j(Sc + mask) (eq. 3.8, spec §7.2; Lean ``Softmax``): [B, H, S, T], blockwise over query rows
-    (:func:`pldr_ref.attention.masked_attention_weights`; ``on_stage`` sees ``"masked_logits"`` and ``"E"``)."""
-    c = config
-    return masked_attention_weights(scores, mask, mask_mode=c.mask_mode, mask_value=c.mask_value,
-                                    mask_add_dtype=c.mask_add_dtype, precision=c.softmax_precision,
-                                    masked_row=c.masked_row, on_stage=on_stage, in_place=in_place,
-                                    softmax_kernel=softmax_kernel)
+    (:func:`pldr_ref.attention.configured_attention_weights`; ``on_stage`` sees ``"masked_logits"`` and ``"E"``)."""
+    return configured_attention_weights(scores, mask, config, on_stage=on_stage, in_place=in_place,
+                                        softmax_kernel=softmax_kernel)
 
 
 def value_mix(E: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -169,7 +164,7 @@ def output_projection(lp: LayerParams, ctx: np.ndarray) -> np.ndarray:
 
 def post_attention_norm(lp: LayerParams, config: PLDRConfig, attn_out: np.ndarray, x: np.ndarray) -> np.ndarray:
     """O1 = LN1(Y + X) (spec §2.3; Lean ``LayerNorm``): [B, S, d]."""
-    return layer_norm(attn_out + x, lp.norm1.gamma, lp.norm1.beta, config.eps_ln)
+    return configured_layer_norm(attn_out + x, lp.norm1, config)
 
 
 def ffn(lp: LayerParams, out1: np.ndarray) -> np.ndarray:
@@ -179,7 +174,7 @@ def ffn(lp: LayerParams, out1: np.ndarray) -> np.ndarray:
 
 def post_ffn_norm(lp: LayerParams, config: PLDRConfig, ffn_out: np.ndarray, out1: np.ndarray) -> np.ndarray:
     """O2 = LN2(FFN(O1) + O1) (spec §2.3; Lean ``LayerNorm``): [B, S, d]."""
-    return layer_norm(ffn_out + out1, lp.norm2.gamma, lp.norm2.beta, config.eps_ln)
+    return configured_layer_norm(ffn_out + out1, lp.norm2, config)
 
 
 def _no_hook(name: str, arr: np.ndarray) -> np.ndarray:

@@ -2,46 +2,49 @@
 
 All operations act on the last axis, so each row of A0 is processed independently
 (row-wise equivariance, Proposition 3.11).  The same functions accept a global
-A0 [B, H, d_k, d_k] or a cumulative one [B, H, S, d_k, d_k].
+A0 [B, H, d_k, d_k] or a cumulative one [B, H, S, d_k, d_k].  Every LayerNorm reads its options from the
+config through :func:`pldr_ref.norms.configured_layer_norm`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from pldr_ref.config import PLDRConfig
 from pldr_ref.glu import glu, linear
-from pldr_ref.norms import layer_norm
+from pldr_ref.norms import configured_layer_norm
 from pldr_ref.params import LayerParams, ResUnitParams
 
 
-def residual_unit(a: np.ndarray, unit: ResUnitParams, eps: float) -> np.ndarray:
+def residual_unit(a: np.ndarray, unit: ResUnitParams, config: PLDRConfig) -> np.ndarray:
     """One unit: A <- LN_r(GLU_{r,D}(... GLU_{r,1}(A) ...) + A); no residual between the D GLUs."""
     h = a
     for g in unit.glus:  # D is a depth, not a data axis: the loop is over layers of the network
         h = glu(h, g)
-    return layer_norm(h + a, unit.norm.gamma, unit.norm.beta, eps)
+    return configured_layer_norm(h + a, unit.norm, config)
 
 
-def metric_learner_v500(a0: np.ndarray, lp: LayerParams, eps: float) -> np.ndarray:
+def metric_learner_v500(a0: np.ndarray, lp: LayerParams, config: PLDRConfig) -> np.ndarray:
     """v500 / PT-v510 / HF: A = Res_R(... Res_1(LN_A0(A0)) ...), shapes [..., d_k, d_k]."""
-    a = layer_norm(a0, lp.a_norm.gamma, lp.a_norm.beta, eps)
+    a = configured_layer_norm(a0, lp.a_norm, config)
     for unit in lp.res_units:
-        a = residual_unit(a, unit, eps)
+        a = residual_unit(a, unit, config)
     return a
 
 
-def metric_learner_v900(a0: np.ndarray, lp: LayerParams, eps: float) -> np.ndarray:
+def metric_learner_v900(a0: np.ndarray, lp: LayerParams, config: PLDRConfig) -> np.ndarray:
     """TF-v900: A = LN2(Dense_{Dd->dk}(Res_R(... LN1(Dense_{dk->Dd}(A0)) ...))) (spec §2.6)."""
-    a = layer_norm(linear(a0, *lp.lift), lp.lift_norm.gamma, lp.lift_norm.beta, eps)
+    a = configured_layer_norm(linear(a0, *lp.lift), lp.lift_norm, config)
     for unit in lp.res_units:
-        a = residual_unit(a, unit, eps)
-    return layer_norm(linear(a, *lp.drop), lp.drop_norm.gamma, lp.drop_norm.beta, eps)
+        a = residual_unit(a, unit, config)
+    return configured_layer_norm(linear(a, *lp.drop), lp.drop_norm, config)
 
 
-def metric_learner(a0: np.ndarray, lp: LayerParams, kind: str, eps: float) -> np.ndarray:
-    """Dispatch on ``kind`` in {"v500", "v900"}; A has the shape of A0."""
+def metric_learner(a0: np.ndarray, lp: LayerParams, kind: str, config: PLDRConfig) -> np.ndarray:
+    """Dispatch on ``kind`` in {"v500", "v900"}; A has the shape of A0.  ``config``: the LayerNorm options
+    (:func:`pldr_ref.norms.configured_layer_norm`)."""
     if kind == "v500":
-        return metric_learner_v500(a0, lp, eps)
+        return metric_learner_v500(a0, lp, config)
     if kind == "v900":
-        return metric_learner_v900(a0, lp, eps)
+        return metric_learner_v900(a0, lp, config)
     raise ValueError(f"metric_learner kind {kind!r} computes no A (expected 'v500' or 'v900')")

@@ -14,8 +14,8 @@ from pldr_ref.glu import linear
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
 from pldr_ref.layer import LayerTrace, decoder_layer
 from pldr_ref.memory_budget import check_forward_budget
-from pldr_ref.norms import layer_norm
-from pldr_ref.params import Params
+from pldr_ref.norms import configured_layer_norm
+from pldr_ref.params import NormParams, Params
 from pldr_ref.rope import RopeTable, check_table_used
 from pldr_ref.stage_hooks import FiniteCheck, StageHook, check_finite
 
@@ -66,7 +66,8 @@ def embed(params: Params, token_ids: np.ndarray, on_stage: StageHook | None = No
 
 def input_norm(params: Params, config: PLDRConfig, embed: np.ndarray) -> np.ndarray:
     """X0 <- LN(X0), the model's input LayerNorm (spec §2.2; Lean ``LayerNorm``): [B, S, d]."""
-    return layer_norm(embed, params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"], config.eps_ln)
+    norm = NormParams(params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"])
+    return configured_layer_norm(embed, norm, config)
 
 
 def lm_head(params: Params, hidden: np.ndarray) -> np.ndarray:

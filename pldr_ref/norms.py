@@ -1,10 +1,18 @@
-"""LayerNorm over the last axis (spec §1; paper Lemma 5.11; Lean ``LayerNorm``)."""
+"""LayerNorm over the last axis (spec §1; paper Lemma 5.11; Lean ``LayerNorm``).
+
+:func:`layer_norm` is the equation with explicit arguments (the op fixtures call it).  Every LayerNorm of the
+model -- the input norm, LN1, LN2 and the metric learner's -- calls :func:`configured_layer_norm`, the one place
+that maps a :class:`~pldr_ref.config.PLDRConfig` to LayerNorm's options, so a LayerNorm switch is read here and
+nowhere else (``docs/adding_a_switch.md``).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from pldr_ref.config import PLDRConfig
 from pldr_ref.constants import EPS_LN
+from pldr_ref.params import NormParams
 
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = EPS_LN) -> np.ndarray:
@@ -18,3 +26,14 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 
     xc = x - mu
     var = np.mean(xc * xc, axis=-1, keepdims=True)
     return xc / np.sqrt(var + eps) * gamma + beta
+
+
+def configured_layer_norm(x: np.ndarray, norm: NormParams, config: PLDRConfig) -> np.ndarray:
+    """LN(x) with gamma, beta = ``norm`` and every LayerNorm option ``config`` sets (eps = ``config.eps_ln``).
+
+    Shapes: x [..., n] -> [..., n].  It calls :func:`layer_norm` through this module's name, the binding
+    :func:`pldr_ref.harness.arithmetic.emulating` swaps for an emulated LayerNorm; an option that pins
+    LayerNorm's arithmetic (a released code's own precision) is a function of its own chosen here, which the
+    emulation leaves as it is.
+    """
+    return layer_norm(x, norm.gamma, norm.beta, config.eps_ln)

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from pldr_ref.config import PLDRConfig
 from pldr_ref.switches import AUTO, switch
 
 # The values this float64 engine implements, from the switch table (pldr_ref.switches).
@@ -264,6 +265,19 @@ def apply_rope(
     x1, x2 = _pairs(x, layout)
     y1, y2 = rotate_pairs(x1, x2, cos, sin, arithmetic)
     return _unpairs(y1, y2, layout)
+
+
+def configured_rope(x: np.ndarray, positions: np.ndarray, config: PLDRConfig,
+                    explicit: RopeTable | None = None) -> np.ndarray:
+    """:func:`apply_rope` with every RoPE option ``config`` sets (``rope_layout``, ``rope_base``, the table source
+    and the arithmetic in effect); ``explicit``: the table of ``rope_table="explicit"``.  Shapes as
+    :func:`apply_rope`.
+
+    The one place that maps a config to RoPE's options, so a RoPE switch is read here and nowhere else
+    (``docs/adding_a_switch.md``)."""
+    c = config
+    return apply_rope(x, positions, layout=c.rope_layout, base=c.rope_base, table=c.rope_table_source,
+                      arithmetic=c.rope_arithmetic_dtype, explicit=explicit)
 
 
 def interleave_permutation(d_k: int) -> np.ndarray:

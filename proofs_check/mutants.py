@@ -286,11 +286,11 @@ def _scores_variant(variant: str):
     return _replace(attention_scores)
 
 
-def _metric_learner_columns(a0, lp, kind, eps):
+def _metric_learner_columns(a0, lp, kind, config):
     from pldr_ref.metric_learner import metric_learner_v500, metric_learner_v900
 
     fn = metric_learner_v500 if kind == "v500" else metric_learner_v900
-    return np.swapaxes(fn(np.swapaxes(a0, -1, -2), lp, eps), -1, -2)
+    return np.swapaxes(fn(np.swapaxes(a0, -1, -2), lp, config), -1, -2)
 
 
 def _notears_unsquared(m):

@@ -47,7 +47,7 @@ def learned_row_clone(r: np.ndarray, gain: np.ndarray | None = None, shift: np.n
                           last.norm.beta if shift is None else np.asarray(shift, dtype=np.float64))
         lp = lp._replace(res_units=(*lp.res_units[:-1], last._replace(norm=norm)))
     a0 = np.broadcast_to(np.asarray(r, dtype=np.float64), (c.d_k, c.d_k))[None, None]
-    return metric_learner(a0, lp, c.metric_learner, c.eps_ln)[0, 0]
+    return metric_learner(a0, lp, c.metric_learner, c)[0, 0]
 
 
 def row_clone(alpha: np.ndarray) -> np.ndarray:
@@ -87,7 +87,7 @@ def apply_control(profile: str) -> str:
 
     def prop(r: np.ndarray) -> None:
         a0 = (np.broadcast_to(r, (D_K, D_K)) + np.arange(float(D_K))[:, None])[None, None]
-        a = metric_learner(a0, lp, c.metric_learner, c.eps_ln)[0, 0]
+        a = metric_learner(a0, lp, c.metric_learner, c)[0, 0]
         assert clone_spread(a) <= 8 * UNIT_ROUNDOFF * np.abs(a[0]).max(), "rows differ"
 
     return expect_counterexample(profile, prop, ROWS)

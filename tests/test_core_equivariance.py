@@ -88,8 +88,8 @@ def test_metric_learner_is_row_equivariant(kind: str, shape: dict, seed: int) ->
     rng = np.random.default_rng(seed)
     a0 = rng.standard_normal((2, cfg.num_heads, cfg.d_k, cfg.d_k))
     perm = rng.permutation(cfg.d_k)
-    out = metric_learner(a0, lp, kind, cfg.eps_ln)
-    assert rel_diff(metric_learner(a0[..., perm, :], lp, kind, cfg.eps_ln), out[..., perm, :]) <= EQUIV_RTOL
+    out = metric_learner(a0, lp, kind, cfg)
+    assert rel_diff(metric_learner(a0[..., perm, :], lp, kind, cfg), out[..., perm, :]) <= EQUIV_RTOL
 
 
 @pytest.mark.parametrize("kind", sorted(LEARNERS))
@@ -99,8 +99,8 @@ def test_negative_control_columns_are_mixed(kind: str) -> None:
     lp = model_params(cfg, 0).layer(0)
     a0 = np.random.default_rng(0).standard_normal((1, 2, 4, 4))
     perm = np.array([1, 0, 3, 2])
-    out = metric_learner(a0, lp, kind, cfg.eps_ln)
-    assert rel_diff(metric_learner(a0[..., :, perm], lp, kind, cfg.eps_ln), out[..., :, perm]) > 1e-6
+    out = metric_learner(a0, lp, kind, cfg)
+    assert rel_diff(metric_learner(a0[..., :, perm], lp, kind, cfg), out[..., :, perm]) > 1e-6
 
 
 def test_negative_control_column_norm_breaks_row_equivariance() -> None:

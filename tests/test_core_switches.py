@@ -95,7 +95,7 @@ def test_metric_learner_formula(kind: str, shape: dict, seed: int, glu_bias: boo
     lp = model_params(cfg, seed).layer(0)
     a0 = np.random.default_rng(seed).standard_normal((2, cfg.num_heads, cfg.d_k, cfg.d_k))
     ref = (_learner_v900 if kind == "v900" else _learner_v500)(a0, lp, cfg.eps_ln)
-    assert rel_diff(metric_learner(a0, lp, kind, cfg.eps_ln), ref) <= 1e-12
+    assert rel_diff(metric_learner(a0, lp, kind, cfg), ref) <= 1e-12
     if kind == "v500":  # the GLU itself, on rows of width d_k
         assert rel_diff(glu(a0, lp.res_units[0].glus[0]), _glu(a0, lp.res_units[0].glus[0])) <= 1e-13
 
@@ -105,7 +105,7 @@ def test_negative_control_learner_variants_differ() -> None:
     cfg = config_from_shape({"num_heads": 2, "d_k": 4, "num_layers": 1})
     lp = model_params(cfg, 0).layer(0)
     a0 = np.random.default_rng(0).standard_normal((1, 2, 4, 4))
-    out = metric_learner(a0, lp, "v500", cfg.eps_ln)
+    out = metric_learner(a0, lp, "v500", cfg)
     a = _ln(a0, lp.a_norm.gamma, lp.a_norm.beta, cfg.eps_ln)
     for unit in lp.res_units:
         h = a
@@ -114,7 +114,7 @@ def test_negative_control_learner_variants_differ() -> None:
         a = _ln(h, unit.norm.gamma, unit.norm.beta, cfg.eps_ln)  # residual dropped
     assert rel_diff(out, a) > 1e-3
     with pytest.raises(ValueError, match="metric_learner kind 'none' computes no A"):
-        metric_learner(a0, lp, "none", cfg.eps_ln)
+        metric_learner(a0, lp, "none", cfg)
 
 
 @pytest.mark.parametrize("d_k", [2, 4, 6, 8, 16, 64])

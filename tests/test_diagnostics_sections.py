@@ -60,7 +60,7 @@ def test_row_map_jacobian_against_central_differences(run) -> None:
     comp, units = row_map_jacobians(x, lp, run.config.eps_ln)
     h = 1e-6
     eye = np.eye(8)
-    fd = (row_map(x[:, None, :] + h * eye, lp, 1e-6) - row_map(x[:, None, :] - h * eye, lp, 1e-6)) / (2 * h)
+    fd = (row_map(x[:, None, :] + h * eye, lp, run.config) - row_map(x[:, None, :] - h * eye, lp, run.config)) / (2 * h)
     fd = np.swapaxes(fd, -1, -2)  # [N, i, j] = d phi_i / d x_j
     assert np.max(np.abs(comp - fd)) <= 1e-7 * np.max(np.abs(fd))
     assert units.shape == (len(lp.res_units), 3, 8, 8)

@@ -232,9 +232,9 @@ def test_matrix_stages_within_ulps_of_float64_tier() -> None:
     assert np.array_equal(c0[:, :, -1], a0)
     np.testing.assert_allclose(c0, cumulative_density_operator(q), rtol=0, atol=1e-14 * np.max(np.abs(c0)))
     a = exact_op("metric_learner_v500", a0, lp, 1e-6)
-    np.testing.assert_allclose(a, metric_learner_v500(a0, lp, 1e-6), rtol=0, atol=1e-13)
+    np.testing.assert_allclose(a, metric_learner_v500(a0, lp, p.config), rtol=0, atol=1e-13)
     ru = exact_op("residual_unit", a0, lp.res_units[0], 1e-6)
-    np.testing.assert_allclose(ru, residual_unit(a0, lp.res_units[0], 1e-6), rtol=0, atol=1e-13)
+    np.testing.assert_allclose(ru, residual_unit(a0, lp.res_units[0], p.config), rtol=0, atol=1e-13)
     W, b, P, aa, ba = lp.plga
     a_lm = exact_op("metric_tensor", a, W, b, 1e-9)
     # normwise: |A W + b| can sit near 0 after cancellation, where an elementwise relative bound is meaningless
@@ -264,7 +264,7 @@ def test_metric_learner_v900_op() -> None:
     lp = perturb_params(init_params(c, 1), 2).layer(1)
     a0 = RNG.standard_normal((1, 2, 8, 8))
     got = exact_op("metric_learner_v900", a0, lp, 1e-6)
-    np.testing.assert_allclose(got, metric_learner_v900(a0, lp, 1e-6), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got, metric_learner_v900(a0, lp, c), rtol=0, atol=1e-12)
     assert not np.allclose(got, exact_op("metric_learner_v900", a0[..., ::-1], lp, 1e-6), atol=1e-6)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import pldr_ref.metric_learner
+import pldr_ref.diagnostics.contraction
 import pldr_ref.norms
 from proofs_check import layernorm
 from proofs_check.mutants import MUTANTS, OPERATOR_LEAN_FILE, patched, run_mutants
@@ -21,12 +21,12 @@ def test_patched_swaps_every_binding_and_restores():
 
     with patched("pldr_ref.norms.layer_norm", fake):
         assert pldr_ref.norms.layer_norm is fake
-        assert pldr_ref.metric_learner.layer_norm is fake  # the `from ... import` copy inside pldr_ref
+        assert pldr_ref.diagnostics.contraction.layer_norm is fake  # the `from ... import` copy inside pldr_ref
         assert layernorm.layer_norm is fake  # and inside proofs_check
         with Tracer() as tracer:
             pldr_ref.norms.layer_norm(np.ones(3), np.ones(3), np.zeros(3))
         assert "pldr_ref.norms.layer_norm" in tracer.called
-    assert pldr_ref.norms.layer_norm is original and pldr_ref.metric_learner.layer_norm is original
+    assert pldr_ref.norms.layer_norm is original and pldr_ref.diagnostics.contraction.layer_norm is original
 
 
 def test_patched_restores_after_an_exception():

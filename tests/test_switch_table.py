@@ -379,3 +379,27 @@ def test_doc_check_catches_a_stale_doc() -> None:
     problems = doc_problems(stale)
     assert "missing path pldr_ref/harness/switch_mutant.py" in problems
     assert "the table section is not pldr_ref.switches.markdown()" in problems
+
+
+# ----------------------------------------------------------------------------- generated docs
+def test_generated_switch_docs_are_fresh() -> None:
+    """Every doc that embeds the table holds the current table (``python -m pldr_ref.switch_docs --write``)."""
+    from pldr_ref import switch_docs
+
+    assert switch_docs.stale() == []
+    assert switch_docs.main(["--check"]) == 0
+
+
+def test_switch_docs_catch_a_stale_or_missing_section(tmp_path) -> None:
+    """Negative control: a hand-edited row is stale until regenerated; a doc without the markers is named."""
+    from pldr_ref import switch_docs
+
+    for rel in switch_docs.DOCS:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        text = (ROOT / rel).read_text(encoding="utf-8")
+        (tmp_path / rel).write_text(text.replace("forced to 1/T", "forced to 1/S", 1), encoding="utf-8")
+    assert switch_docs.stale(tmp_path) == list(switch_docs.DOCS)
+    assert switch_docs.main(["--check", "--root", str(tmp_path)]) == 1
+    assert switch_docs.write(tmp_path) == list(switch_docs.DOCS) and switch_docs.stale(tmp_path) == []
+    with pytest.raises(ValueError, match=r"docs/equations\.md: no <!-- switch-table:begin -->"):
+        switch_docs.render("no section", "docs/equations.md")

@@ -18,10 +18,11 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
+from pldr_ref.config import PLDRConfig
 from pldr_ref.diagnostics.run import ModelRun, stack
 from pldr_ref.diagnostics.spectra import summary
 from pldr_ref.glu import linear
-from pldr_ref.norms import layer_norm
+from pldr_ref.norms import configured_layer_norm, layer_norm
 from pldr_ref.params import GLUParams, LayerParams, NormParams, ResUnitParams
 
 
@@ -66,12 +67,12 @@ def residual_unit_jacobian(x: np.ndarray, unit: ResUnitParams, eps: float) -> tu
     return y, np.swapaxes(ty, -1, -2)  # tangent rows t[r, j] = dy/dx_j -> Jacobian columns
 
 
-def row_map(x: np.ndarray, lp: LayerParams, eps: float) -> np.ndarray:
-    """phi(x) = Res_R(... Res_1(x)) for rows x [..., n] (no Jacobian)."""
+def row_map(x: np.ndarray, lp: LayerParams, config: PLDRConfig) -> np.ndarray:
+    """phi(x) = Res_R(... Res_1(x)) for rows x [..., n] (no Jacobian), the model's own residual units."""
     from pldr_ref.metric_learner import residual_unit
 
     for unit in lp.res_units:  # units are sequential
-        x = residual_unit(x, unit, eps)
+        x = residual_unit(x, unit, config)
     return x
 
 
@@ -94,9 +95,9 @@ def learner_input_rows(run: ModelRun, layer: int) -> np.ndarray:
     lp = run.params.layer(layer)
     a0 = run.out.layers[layer].A0
     if c.metric_learner == "v500":
-        x = layer_norm(a0, lp.a_norm.gamma, lp.a_norm.beta, c.eps_ln)
+        x = configured_layer_norm(a0, lp.a_norm, c)
     else:
-        x = layer_norm(linear(a0, *lp.lift), lp.lift_norm.gamma, lp.lift_norm.beta, c.eps_ln)
+        x = configured_layer_norm(linear(a0, *lp.lift), lp.lift_norm, c)
     return x.reshape(x.shape[0], -1, x.shape[-1])
 
 
@@ -120,7 +121,7 @@ def contraction_section(run: ModelRun) -> dict:
         comp_min.append(sc[:, -1])
         unit_max.append(np.linalg.svd(units, compute_uv=False)[..., 0])
         pool = np.take_along_axis(rows, pick[:, : min(o.pool_rows, r), None], axis=1)  # [B, P, n]
-        out = row_map(pool, lp, c.eps_ln)
+        out = row_map(pool, lp, c)
         p = pool.shape[1]
         pb, i1, i2 = rng.integers(0, b, o.pairs), rng.integers(0, p, o.pairs), rng.integers(0, p, o.pairs)
         within.append(_ratios(pool[pb, i1], pool[pb, i2], out[pb, i1], out[pb, i2]))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import math
 import sys
 import threading
@@ -287,8 +288,24 @@ def glu(x: np.ndarray, p: Any) -> np.ndarray:
     return linear(gate, p.w3, p.b3)
 
 
-def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    """(x - mu) / sqrt(var + eps) * gamma + beta with the sums of the current arithmetic."""
+def refuse_options(primitive: Callable[..., Any], options: dict[str, Any]) -> None:
+    """``NotImplementedError`` naming every keyword option given to the emulation of the reference ``primitive``
+    that this module does not implement, unless it has ``primitive``'s default value: an option (a switch read by
+    :func:`pldr_ref.norms.configured_layer_norm`, say) is implemented here or refused, never silently dropped."""
+    defaults = {n: p.default for n, p in inspect.signature(primitive).parameters.items()}
+    off = {n: v for n, v in options.items() if n not in defaults or v != defaults[n]}
+    if off:
+        raise NotImplementedError(f"the emulated arithmetic does not implement {primitive.__module__}."
+                                  f"{primitive.__name__} option(s) {off}")
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-6, **options: Any) -> np.ndarray:
+    """(x - mu) / sqrt(var + eps) * gamma + beta with the sums of the current arithmetic; any other option of
+    :func:`pldr_ref.norms.layer_norm` is refused by name (:func:`refuse_options`) unless at its default."""
+    if options:
+        from pldr_ref import norms
+
+        refuse_options(_reference(norms.layer_norm), options)
     x = _rc(np.asarray(x, dtype=np.float64))
     n = x.shape[-1]
     mu = _div(row_sum(x), float(n))
@@ -432,6 +449,12 @@ def _replacements() -> dict[Callable[..., Any], Callable[..., Any]]:
 
 
 _ORIGINALS: dict[Callable[..., Any], Callable[..., Any]] | None = None
+
+
+def _reference(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The reference primitive of ``fn`` (inside :func:`emulating` a module name is bound to the emulation)."""
+    back = {id(new): orig for orig, new in (_ORIGINALS or {}).items()}
+    return back.get(id(fn), fn)
 #: (number of loaded modules, patch sites) of the last scan: the sites are found again when modules were loaded.
 _SITES: list[Any] = [-1, []]
 
