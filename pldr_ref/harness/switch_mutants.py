@@ -23,7 +23,7 @@ from pldr_ref.config import ROPE_PRECISIONS
 from pldr_ref.fixtures.suite import build_suite
 from pldr_ref.fixtures.suite_switches import TABLE_TAG
 from pldr_ref.harness.protocol import StageRequest
-from pldr_ref.params import Params
+from pldr_ref.params import Params, param_shapes
 from pldr_ref.switches import ENGINE_SWITCHES, SWITCHES
 
 
@@ -56,6 +56,13 @@ def _mutated_inputs(inputs: dict[str, Any], mutation: SwitchMutation) -> dict[st
     return inputs
 
 
+def _mutated_params(config: Any, params: Any) -> Params:
+    """``params`` for the mutated ``config``: the tensors it has no use for (a switch that gates parameters, such as
+    an optional stage's own norms, put back at its default) are left out, so the mutant computes, never errors."""
+    wanted = param_shapes(config)
+    return Params(config, {k: v for k, v in params.items() if k in wanted})
+
+
 class SwitchMutant(ReferenceBackend):
     """The float64 reference with one switch forced to a wrong value."""
 
@@ -73,7 +80,7 @@ class SwitchMutant(ReferenceBackend):
             inputs.pop("position_ids", None)
         if self.mutation.switch == "mode":
             args["mode"] = self.mutation.wrong
-        mutated = dataclasses.replace(case, config=cfg, params=Params(cfg, dict(case.params.items())), inputs=inputs,
+        mutated = dataclasses.replace(case, config=cfg, params=_mutated_params(cfg, case.params), inputs=inputs,
                                       args=args)
         return super().run_case(mutated, dtype)
 
@@ -82,7 +89,7 @@ class SwitchMutant(ReferenceBackend):
         inputs = _mutated_inputs(dict(request.inputs), self.mutation)
         if self.mutation.switch == "position_ids" and "positions" in inputs and np.ndim(inputs["positions"]) == 2:
             inputs["positions"] = np.arange(np.shape(inputs["positions"])[1])
-        params = Params(cfg, dict(request.params.items()))
+        params = _mutated_params(cfg, request.params)
         return super().run_stage(dataclasses.replace(request, config=cfg, params=params, inputs=inputs))
 
 
