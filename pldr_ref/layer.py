@@ -78,8 +78,11 @@ class LayerTrace:
         return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if getattr(self, f.name) is not None]
 
 
-#: Trace names of a layer in forward (stage) order.
-LAYER_STAGES = tuple(f.name for f in dataclasses.fields(LayerTrace))
+#: Every trace name of a layer in forward (stage) order, the optional stages' outputs included.
+LAYER_TRACE_NAMES = tuple(f.name for f in dataclasses.fields(LayerTrace))
+#: The trace names every engine computes, in forward order: the optional stages' outputs (``optional`` fields, which
+#: only the engines that implement the stage's switch value give) left out.
+LAYER_STAGES = tuple(f.name for f in dataclasses.fields(LayerTrace) if not f.metadata.get("optional"))
 
 
 def qkv_projection(lp: LayerParams, config: PLDRConfig, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

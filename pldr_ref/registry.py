@@ -29,6 +29,7 @@ import pldr_ref.op_samples as op_samples
 from pldr_ref import activations, attention, density, glu, layer, metric_learner, model, norms, plga, rope
 from pldr_ref.config import PLDRConfig
 from pldr_ref.params import Params
+from pldr_ref.switches import switch
 
 #: Parameters of a stage body filled by role, not from the inputs: the model's parameters, this layer's, the config.
 BODY_ROLES = ("params", "lp", "config")
@@ -151,6 +152,19 @@ FORWARD_STAGES: tuple[Stage, ...] = (
 
 #: Every stage the harness can isolate, in the order it walks them.
 ALL_STAGES: tuple[Stage, ...] = (*STRUCTURE_STAGES, *FORWARD_STAGES)
+
+
+def switch_gated_stages(engine: str) -> dict[str, str]:
+    """Stage -> why ``engine`` (a key of :data:`pldr_ref.switches.ENGINES`) cannot run it, for every stage that
+    only switch values the engine does not implement enable (the switch table declares them): an optional stage is
+    declared unsupported by the table, not by each engine."""
+    out = {}
+    for st in ALL_STAGES:
+        for field, values in st.enabled_by:
+            lacking = not set(values) & set(switch(field).implemented_by(engine))
+            if lacking:
+                out[st.name] = f"enabled by {field} in {values}: the switch table says {engine} implements none"
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,6 +29,8 @@ from pldr_ref.fixtures.case import Case
 from pldr_ref.fixtures.runners import RUNNERS, run_kind
 from pldr_ref.harness.protocol import StageRequest, Unsupported
 from pldr_ref.op_samples import OpSample
+from pldr_ref.params import init_params
+from pldr_ref.switches import ENGINES as SWITCH_ENGINES
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # as tests/test_engine_triton.py: the kernel on the CPU interpreter
 
@@ -277,6 +279,13 @@ def op_problems(engine: Engine, op: registry.Op) -> list[str]:
     return problems
 
 
+def declared_stages(engine: Engine) -> Mapping[str, str]:
+    """The stages ``engine`` declares unsupported: its own, and those the switch table gates off for it."""
+    table_engine = engine.name.split("-")[0]
+    gated = registry.switch_gated_stages(table_engine) if table_engine in SWITCH_ENGINES else {}
+    return {**gated, **engine.unsupported_stages()}
+
+
 def stage_samples() -> dict[str, tuple[int | None, dict[str, np.ndarray], dict[str, np.ndarray], Any]]:
     """One stage request per registry stage: the stage plan of the forward op's larger sample (every stage is
     in it), upstream values and golden outputs from the float64 engine."""
@@ -285,6 +294,13 @@ def stage_samples() -> dict[str, tuple[int | None, dict[str, np.ndarray], dict[s
     sample = registry.OPS_BY_NAME["forward"].sample_cases()[-1]
     case = dataclasses.replace(sample_case("forward", sample), outputs=float64_outputs("forward", sample))
     plan: dict[str, Any] = {}
+    for stage, layer, inputs, golden in stage_plan(case):
+        plan.setdefault(stage, (layer, inputs, golden, case))
+    # an optional stage (enabled_by) not in that sample: the same sample with every registry stage enabled
+    every = {f: values[0] for st in registry.ALL_STAGES for f, values in st.enabled_by}
+    config = sample.config.replace(**every)
+    sample = dataclasses.replace(sample, params=init_params(config, 0))
+    case = dataclasses.replace(sample_case("forward", sample), outputs=float64_outputs("forward", sample))
     for stage, layer, inputs, golden in stage_plan(case):
         plan.setdefault(stage, (layer, inputs, golden, case))
     return plan
@@ -296,10 +312,10 @@ STAGE_PLAN = stage_samples()
 def stage_problems(engine: Engine, stage: str) -> list[str]:
     """Coverage of ``stage`` by ``engine``, then (implemented, with an isolated-stage entry) its value on the
     stage sample against the float64 trace."""
-    problem = coverage_problem(engine.name, stage, engine.stages(), engine.unsupported_stages())
+    problem = coverage_problem(engine.name, stage, engine.stages(), declared_stages(engine))
     if problem:
         return [problem]
-    if stage in engine.unsupported_stages() or engine.run_stage is None:
+    if stage in declared_stages(engine) or engine.run_stage is None:
         return []
     layer, inputs, golden, case = STAGE_PLAN[stage]
     req = StageRequest(stage, layer, case.config, case.params, engine.dtype, inputs)
@@ -511,7 +527,7 @@ def worst_error(engine: Engine) -> tuple[float, str]:
                 update(f"{op.name}[{s.label}]", engine.run(op.name, s), float64_outputs(op.name, s))
     if engine.run_stage is not None:
         for stage, (layer, inputs, golden, case) in STAGE_PLAN.items():
-            if stage not in engine.unsupported_stages():
+            if stage not in declared_stages(engine):
                 req = StageRequest(stage, layer, case.config, case.params, engine.dtype, inputs)
                 update(f"stage {stage}", engine.run_stage(req), golden)
     return worst, where

@@ -31,7 +31,7 @@ from pldr_ref.harness.tolerance import (
     output_allowance,
     round_to,
 )
-from pldr_ref.layer import LAYER_STAGES
+from pldr_ref.layer import LAYER_TRACE_NAMES
 from pldr_ref.params import Params
 from pldr_ref.registry import ALL_STAGES
 from pldr_ref.stages import FORWARD_STAGES
@@ -233,11 +233,11 @@ def stage_plan(case: Any) -> list[tuple[str, int | None, dict[str, np.ndarray], 
 
 def _is_upstream(name: str, stage: str) -> bool:
     """True if trace entry ``name`` precedes ``stage`` (or is a non-trace input such as the mask)."""
-    if name not in LAYER_STAGES:
+    if name not in LAYER_TRACE_NAMES:
         return True
     stage_outputs = next(s.outputs for s in FORWARD_STAGES if s.name == stage)
-    first = min(LAYER_STAGES.index(o) for o in stage_outputs)
-    return LAYER_STAGES.index(name) < first
+    first = min(LAYER_TRACE_NAMES.index(o) for o in stage_outputs)
+    return LAYER_TRACE_NAMES.index(name) < first
 
 
 def _rounded_params(params: Params, dtype: str, cache: dict) -> Params:
@@ -294,7 +294,7 @@ def ensemble_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str
     def run() -> dict[str, np.ndarray] | None:
         if "inputs" not in memo:  # the members share the rounded inputs
             memo["inputs"] = {k: round_to(dtype, v) for k, v in inputs.items()
-                              if k in STAGE_INPUTS.get(stage, ()) or k not in LAYER_STAGES}
+                              if k in STAGE_INPUTS.get(stage, ()) or k not in LAYER_TRACE_NAMES}
         return naive_stage(case, stage, layer, memo["inputs"], dtype, params_cache, rounded=True)
 
     runs = stage_runs(case, stage, layer, dtype, run)
