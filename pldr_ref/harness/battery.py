@@ -139,8 +139,34 @@ def run_battery(backends: Iterable[Any], cases: list[Any], dtypes: Iterable[str]
     return out
 
 
+def margins(results: Iterable[Any]) -> tuple[tuple[float, str] | None, tuple[float, str] | None]:
+    """The largest ratio, over every judged output (end to end and isolated stages) of ``results``, of the relative
+    RMS error to w rho, and of the max error to w x the max-error statistic (w = the float32 factor or 1; the
+    max test's floor left out), each with ``case:output`` where it occurs (None: nothing judged)."""
+    from pldr_ref.harness.tolerance import K_RMS, whole_tensor_factor
+
+    rms: tuple[float, str] | None = None
+    big: tuple[float, str] | None = None
+    for r in results:
+        outs = list(r.outputs) + [o for s in r.stages for o in s.outputs]
+        for o in outs:
+            a, c = o.allowance, o.comparison
+            if a is None or c is None or not a.judged or a.rms is None or o.status not in ("pass", "fail"):
+                continue
+            where = f"{r.case}:{o.name}"
+            if a.rms > 0:
+                x = c.rms_rel / (a.rms / K_RMS)
+                rms = max(rms, (x, where)) if rms else (x, where)
+            base = a.detail.get("baseline")
+            if base:
+                x = c.max_abs / (base * whole_tensor_factor(r.dtype))
+                big = max(big, (x, where)) if big else (x, where)
+    return rms, big
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the status counts of every battery backend per dtype; exit 1 on any fail or error."""
+    """Print the status counts of every battery backend per dtype (``--margins``: and the largest ratios of
+    :func:`margins`); exit 1 on any fail or error."""
     from pldr_ref.harness.suite_loading import load_suite, suite_root
     from pldr_ref.harness.validate import FAILING_STATUSES
 
@@ -149,13 +175,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", action="append", default=None, choices=BATTERY_DTYPES)
     p.add_argument("--suite-dir", "--suite", dest="suite", default="default")
     p.add_argument("--no-torch", action="store_true", help="leave the torch backends out")
+    p.add_argument("--backend", action="append", default=None, metavar="NAME",
+                   help="only the battery backend(s) of this name (e.g. emulated-reordered-sums, torch)")
+    p.add_argument("--case", action="append", default=None, metavar="NAME", help="only these cases")
+    p.add_argument("--margins", action="store_true",
+                   help="add two columns: the largest relative RMS error / (w rho) and max error / (w x max "
+                        "statistic) over the judged outputs, with where they occur (docs/tolerances.md)")
     args = p.parse_args(argv)
     dtypes = args.dtype or list(BATTERY_DTYPES)
     cases = load_suite(suite_root(args.suite), None, None)
+    if args.case:
+        unknown = sorted(set(args.case) - {c.name for c in cases})
+        if unknown:
+            p.error(f"no such case: {', '.join(unknown)}")
+        cases = [c for c in cases if c.name in args.case]
+    backends = battery(include_torch=not args.no_torch)
+    if args.backend:
+        unknown = sorted(set(args.backend) - {b.name for b in backends})
+        if unknown:
+            p.error(f"no such battery backend: {', '.join(unknown)} (known: {', '.join(b.name for b in backends)})")
+        backends = [b for b in backends if b.name in args.backend]
     bad = 0
-    print("| backend | dtype | pass | fail | error | not judgeable | not applicable | unsupported |")
-    print("|---|---|---|---|---|---|---|---|")
-    for b in battery(include_torch=not args.no_torch):
+    extra = " max RMS / rho | max error / max statistic |" if args.margins else ""
+    print("| backend | dtype | pass | fail | error | not judgeable | not applicable | unsupported |" + extra)
+    print("|---|---|---|---|---|---|---|---|" + ("---|---|" if args.margins else ""))
+    for b in backends:
         for name, results in run_battery([b], cases, dtypes).items():
             for dt in dtypes:
                 rs = [r for r in results if r.dtype == dt]
@@ -163,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 n = {s: sum(r.status == s for r in rs) for s in ("pass", "fail", "error", "not_judgeable",
                                                                   "not_applicable", "unsupported")}
-                print(f"| {name} | {dt} | " + " | ".join(str(v) for v in n.values()) + " |", flush=True)
+                cols = [str(v) for v in n.values()]
+                if args.margins:
+                    cols += [f"{m[0]:.2f} (`{m[1]}`)" if m else "-" for m in margins(rs)]
+                print(f"| {name} | {dt} | " + " | ".join(cols) + " |", flush=True)
                 for r in rs:
                     if r.status in FAILING_STATUSES:
                         bad += 1

@@ -46,8 +46,8 @@ def collect(cases: list[Any], dtype: str, *, with_torch: bool = True, members: b
     from pldr_ref.harness import mutants
     from pldr_ref.harness.battery import BATTERY_ARITHMETIC, EmulatedBackend
     from pldr_ref.harness.ensemble import case_runs
-    from pldr_ref.harness.tolerance import case_baselines, naive_stats, output_allowance
-    from pldr_ref.harness.validate import validate_case
+    from pldr_ref.harness.tolerance import case_baselines, naive_stats
+    from pldr_ref.harness.validate import output_allowances, validate_case
     from pldr_ref.harness.verdict_power import NoisyLogits, ZeroLogits
 
     correct: list[Any] = [EmulatedBackend(a) for a in BATTERY_ARITHMETIC[:2]]
@@ -72,10 +72,8 @@ def collect(cases: list[Any], dtype: str, *, with_torch: bool = True, members: b
             st = (stats or {}).get(name)
             member_err = [] if st is None or isinstance(st, str) else [st.rms_rel]
         ok = [validate_case(b, case, dtype, isolate=False) for b in correct]
-        stats, source = case_baselines(case, dtype)
-        base = (stats or {}).get(name, source if stats is None else "no ensemble run")
-        allow = output_allowance(case, name, dtype, np.asarray(case.outputs[name]), base)
-        allowance, judged = allow.rms, allow.judged
+        allow = output_allowances(case, dtype)[0].get(name)  # None: nothing of it representable in the dtype
+        allowance, judged = (None, False) if allow is None else (allow.rms, allow.judged)
         bad = [validate_case(b, case, dtype, isolate=False) for b in wrong
                if case.kind == "forward" or not isinstance(b, ZeroLogits)]
         rows.append({"case": case.name, "members": member_err, "allowance": allowance, "judged": judged,

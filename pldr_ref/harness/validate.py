@@ -41,6 +41,7 @@ from pldr_ref.harness.localize import (
 from pldr_ref.harness.protocol import CaseTimeout, Unsupported, primary_outputs, unsupported_reason
 from pldr_ref.harness.representable import representable_part
 from pldr_ref.harness.tolerance import case_baselines, output_allowance
+from pldr_ref.harness.unresolved_upstream import mark_unresolved_dependents
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.stages import stage_of_output
 
@@ -134,13 +135,37 @@ def trace_sort_key(name: str) -> tuple:
     return (_GROUP_RANK.get(group, 9), step, inner)
 
 
+def output_allowances(case: Any, dtype: str) -> tuple[dict[str, Any], Any]:
+    """(allowance by golden output name, representable part or None) of ``case`` in ``dtype``: the tolerance
+    policy's allowance of each output (on its representable part), every output computed from one the dtype cannot
+    resolve made not judgeable too (:mod:`pldr_ref.harness.unresolved_upstream`)."""
+    part = representable_part(case, dtype)
+    keep = {} if part is None else part.keep
+    baselines, source = case_baselines(case, dtype, keep=keep)
+    allowances = {}
+    for name, want in case.outputs.items():
+        if dtype == "float64":
+            base: Any = None
+        elif baselines is None:
+            base = "none computable for this case kind"
+        else:
+            base = baselines.get(name, "the naive run does not produce this output" if baselines else source)
+        if name in keep:
+            if not keep[name].any():
+                continue
+            want = np.asarray(want)[keep[name]]
+        allowances[name] = output_allowance(case, name, dtype, want, base, source=source, subset=name in keep)
+    if dtype != "float64":
+        allowances = mark_unresolved_dependents(allowances, dtype)
+    return allowances, part
+
+
 def compare_outputs(backend: Any, case: Any, dtype: str, produced: Mapping[str, Any]) -> list[OutputResult]:
     """End-to-end verdict on every golden output of ``case`` (forward order)."""
     full_trace = backend.capabilities().full_trace
     required = set(primary_outputs(case))
-    part = representable_part(case, dtype)
+    allowances, part = output_allowances(case, dtype)
     keep = {} if part is None else part.keep
-    baselines, source = case_baselines(case, dtype, keep=keep)
     results = []
     for name in sorted(case.outputs, key=trace_sort_key):
         want = case.outputs[name]
@@ -152,22 +177,14 @@ def compare_outputs(backend: Any, case: Any, dtype: str, produced: Mapping[str, 
                 results.append(OutputResult(name, stage, "not_produced", None, None,
                                             note="intermediate not returned (backend declares full_trace=False)"))
             continue
-        if dtype == "float64":
-            base: Any = None
-        elif baselines is None:
-            base = "none computable for this case kind"
-        else:
-            base = baselines.get(name, "the naive run does not produce this output" if baselines else source)
         got = produced[name]
+        if name not in allowances:  # no element of it is representable in the dtype
+            results.append(OutputResult(name, stage, "not_applicable", None, None,
+                                        note=f"nothing representable in {dtype}: {part.note}"))
+            continue
         if name in keep and np.shape(got) == np.shape(want):  # judged on the representable part only
-            sel = keep[name]
-            if not sel.any():
-                results.append(OutputResult(name, stage, "not_applicable", None, None,
-                                            note=f"nothing representable in {dtype}: {part.note}"))
-                continue
-            want, got = np.asarray(want)[sel], np.asarray(got)[sel]
-        allow = output_allowance(case, name, dtype, want, base, source=source, subset=name in keep)
-        res = judge(name, stage, want, got, dtype, allow)
+            want, got = np.asarray(want)[keep[name]], np.asarray(got)[keep[name]]
+        res = judge(name, stage, want, got, dtype, allowances[name])
         if name in keep:
             res = dataclasses.replace(res, note="; ".join(x for x in (part.note, res.note) if x))
         results.append(res)
