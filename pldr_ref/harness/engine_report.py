@@ -51,20 +51,29 @@ def stage_margins(results: list[Any]) -> dict[str, tuple[float, str]]:
     return worst
 
 
-def run_engine(spec: str, dtype: str, cases: list[Any]) -> dict[str, Any]:
-    """Validate one engine in one dtype: {"counts", "margins", "seconds"} (JSON-able), or {"skipped": reason}."""
+#: Longest reason kept per failing or erroring case in the report.
+REASON_CHARS = 300
+
+
+def run_engine(spec: str, dtype: str, cases: list[Any], timeout: float | None = None) -> dict[str, Any]:
+    """Validate one engine in one dtype: {"counts", "margins", "seconds", "problems"} (JSON-able; ``problems``:
+    "case: status: reason" of every failing or erroring case), or {"skipped": reason}.  ``timeout``: the per-case
+    time limit (default :data:`~pldr_ref.harness.validate.DEFAULT_TIMEOUT_S`; 0 = none)."""
     from pldr_ref.harness.protocol import load_backend
-    from pldr_ref.harness.validate import validate
+    from pldr_ref.harness.validate import DEFAULT_TIMEOUT_S, FAILING_STATUSES, validate
 
     try:
         backend = load_backend(spec)
     except (ValueError, ImportError) as exc:
         return {"skipped": str(exc)}
     t0 = time.perf_counter()
-    results = validate(backend, cases, [dtype])
+    limit = DEFAULT_TIMEOUT_S if timeout is None else (timeout or None)
+    results = validate(backend, cases, [dtype], timeout=limit)
     seconds = time.perf_counter() - t0
+    problems = [f"{r.case}: {r.status}: {r.reason[:REASON_CHARS]}" for r in results if r.status in FAILING_STATUSES]
     return {"counts": dict(collections.Counter(r.status for r in results)),
-            "margins": {k: list(v) for k, v in stage_margins(results).items()}, "seconds": seconds}
+            "margins": {k: list(v) for k, v in stage_margins(results).items()}, "seconds": seconds,
+            "problems": problems}
 
 
 def run_mutations(engine: str, bug: str) -> list[dict[str, Any]]:
@@ -79,14 +88,15 @@ def run_mutations(engine: str, bug: str) -> list[dict[str, Any]]:
 
 
 def run_task(task: str) -> Any:
-    """One unit of work: ``run:ENGINE:DTYPE`` (the suite) or ``mutants:ENGINE:BUG`` (one injected bug)."""
+    """One unit of work: ``run:ENGINE:DTYPE[:TIMEOUT]`` (the suite) or ``mutants:ENGINE:BUG`` (one injected bug)."""
     from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, iter_cases
 
     kind, engine, *rest = task.split(":")
     if kind == "mutants":
         return run_mutations(engine, rest[0])
     spec = {e: sp for e, sp, _ in ENGINE_RUNS}[engine]
-    return run_engine(spec, rest[0], list(iter_cases(DEFAULT_GOLDEN_DIR)))
+    timeout = float(rest[1]) if len(rest) > 1 else None
+    return run_engine(spec, rest[0], list(iter_cases(DEFAULT_GOLDEN_DIR)), timeout)
 
 
 def run_tasks(tasks: list[str], jobs: int, workdir: Path) -> dict[str, Any]:
@@ -110,8 +120,9 @@ def run_tasks(tasks: list[str], jobs: int, workdir: Path) -> dict[str, Any]:
 
 
 def markdown(runs: dict[tuple[str, str], dict[str, Any]], mutations: list[dict[str, Any]] | None,
-             figure: str | None, command: str, jobs: int = 1) -> str:
+             figure: str | None, command: str, jobs: int = 1, timeout: float | None = None) -> str:
     """The report text."""
+    from pldr_ref.harness.validate import DEFAULT_TIMEOUT_S
     from pldr_ref.registry import ALL_STAGES
 
     lines = [
@@ -136,7 +147,8 @@ def markdown(runs: dict[tuple[str, str], dict[str, Any]], mutations: list[dict[s
         f"Machine: {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} CPU(s). "
         "Run times are wall-clock seconds of the whole suite in one dtype, compilation (XLA, Triton's interpreter) "
         f"and stage isolation included, measured with {jobs} task(s) side by side (`--jobs`) on a machine "
-        "shared with other work: compare rows, not machines.",
+        "shared with other work: compare rows, not machines. Per-case time limit: "
+        + ("none" if timeout == 0 else f"{DEFAULT_TIMEOUT_S if timeout is None else timeout:g} s") + ".",
         "",
         "## Verdicts",
         "",
@@ -149,6 +161,8 @@ def markdown(runs: dict[tuple[str, str], dict[str, Any]], mutations: list[dict[s
             continue
         cells = [str(run["counts"].get(c, 0)) for c in COLUMNS]
         lines.append(f"| {engine} | {dtype} | " + " | ".join(cells) + f" | {run['seconds']:.0f} |")
+    problems = [f"- {engine} {dtype}: {p}" for (engine, dtype), run in runs.items() for p in run.get("problems", [])]
+    lines += ["", "Failing or erroring cases: " + ("none." if not problems else ""), *problems]
     stages = [s.name for s in ALL_STAGES if any(s.name in r.get("margins", {}) for r in runs.values())]
     lines += ["", "## Worst margin per stage (observed error / allowance; below 1 passes)", "",
               "| engine | dtype | " + " | ".join(stages) + " |", "|---|---|" + "---:|" * len(stages)]
@@ -224,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engines", default="jax,onnx,triton,torch", help="comma-separated engines to run")
     p.add_argument("--no-mutations", action="store_true", help="skip the injected-bug table")
     p.add_argument("--jobs", type=int, default=8, help="tasks run side by side (processes; default 8)")
+    p.add_argument("--case-timeout", type=float, default=None, metavar="SECONDS",
+                   help="per-case time limit of every engine (default: pldr-ref validate's, 600 s; 0 = none); "
+                        "Triton's CPU interpreter needs more for the 1024-key rows on a loaded machine")
     p.add_argument("--task", default=None, help=argparse.SUPPRESS)  # one unit of work, run by a worker process
     p.add_argument("--task-out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -242,10 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     from pldr_ref.harness.engine_mutants import ENGINE_MUTATIONS
 
     bugs = [] if args.no_mutations else [f"mutants:{m.engine}:{m.bug}" for m in ENGINE_MUTATIONS if m.engine in wanted]
-    tasks = [f"run:{e}:{d}" for e, d in order] + bugs
+    if args.case_timeout is not None and args.case_timeout < 0:
+        p.error("--case-timeout must be >= 0")
+    suffix = "" if args.case_timeout is None else f":{args.case_timeout:g}"
+    run_names = {(e, d): f"run:{e}:{d}{suffix}" for e, d in order}
+    tasks = list(run_names.values()) + bugs
     with tempfile.TemporaryDirectory() as tmp:
         done = run_tasks(tasks, args.jobs, Path(tmp))
-    runs = {(e, d): done[f"run:{e}:{d}"] for e, d in order}
+    runs = {key: done[t] for key, t in run_names.items()}
     mutations = None
     if not args.no_mutations:
         mutations = [row for t in bugs for row in (done[t] if isinstance(done[t], list) else
@@ -261,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     given = list(argv if argv is not None else sys.argv[1:])
     shown = [a for i, a in enumerate(given) if not a.startswith("--jobs") and (i == 0 or given[i - 1] != "--jobs")]
     command = "python -m pldr_ref.harness.engine_report " + " ".join(shown)
-    text = markdown(runs, mutations, figure_ref, command.strip(), args.jobs)
+    text = markdown(runs, mutations, figure_ref, command.strip(), args.jobs, args.case_timeout)
     if args.markdown:
         Path(args.markdown).write_text(text, encoding="utf-8")
     else:

@@ -33,7 +33,8 @@ Every number in an allowance comes with its reason:
   dtype cannot carry the case) cannot tell a right backend from a wrong one.  It is reported ``not_judgeable``
   for multi-stage kinds -- never a pass, never covered by isolated stages, not a failure of the run (a NaN / inf
   where the golden value is finite still fails) -- and ``not_applicable`` for a single-stage op case (the op's
-  own inputs are ill-conditioned in that dtype).
+  own inputs are ill-conditioned in that dtype).  So is every output computed from attention weights E that are
+  not judgeable (:mod:`pldr_ref.harness.unresolved_upstream`: legitimate kernels scatter beyond the ensemble there).
 * Boolean and integer outputs (masks, positions) must match exactly in every dtype.
 """
 

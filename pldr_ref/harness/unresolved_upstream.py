@@ -20,10 +20,13 @@ Isolated stages (judged from golden upstream values) are not affected.
 * within a layer call, a leaf depends on its stage's inputs (``scores`` on ``q_rot``, ``G_LM``, ``k_rot``; ``out1``
   on ``attn_out`` and ``x`` ...); a layer's ``x`` is the previous layer's ``out2`` (layer 0: ``x0``, from
   ``embed``), and the logits of a call are computed from its last layer's ``out2``;
-* a later call (``cached_generation``: ``prefill`` is call 0, ``steps.s`` call s + 1) reads from the cache of each
-  layer the keys, values and Gram chain that the earlier calls computed: a dependent among those leaves (``k_rot``,
-  ``v``, ``A0`` ... ``G_LM``) in an earlier call makes the same leaf of that layer a dependent in every later call,
-  and the final ``kv_cache`` / ``g_cache`` of that layer.
+* a later call (``cached_generation``: ``prefill`` is call 0, ``steps.s`` call s + 1) reads from the caches the
+  case keeps (its final ``kv_cache`` / ``g_cache`` entries, :data:`CACHE_ENTRIES`) what the earlier calls computed:
+  keys, values and a cumulative Gram it extends with its own rows, a Gram chain it uses frozen; a dependent among
+  those leaves in an earlier call makes the same leaf of that layer a dependent in every later call, and the final
+  cache entry holding it;
+* a leaf of the Gram chain absent from a call's trace was not computed there (a fixed external or identity G_LM, a
+  frozen chain): nothing flows through it.
 """
 
 from __future__ import annotations
@@ -60,17 +63,26 @@ LAYER_INPUTS = _layer_inputs()
 #: unresolved relative to their own small scale, added to the stream with a small absolute error the members
 #: measure) judges 8 instead of 10 bfloat16 forward cases.
 SOURCE_LEAVES = ("E",)
-#: Leaves a layer keeps in its cache for later calls (keys, values, the Gram chain of the KV / G caches).
-CACHED_LEAVES = ("k_rot", "v", "A0", "A", "A_LM", "A_P", "G_LM")
-#: Entries of the final caches by the layer leaf they hold.
-CACHE_ENTRIES = {"gram": "A0"}
+#: The final caches' entries (``kv_cache.layers.{l}.*``, ``g_cache.layers.{l}.*``) by the layer leaf each holds and
+#: how a later call uses it: "extended" -- the call appends its own rows (keys, values, the cumulative Gram) and
+#: computes the leaf from both; "frozen" -- the call uses the cached value itself and does not recompute it (the
+#: global Gram chain's A of a KV cache, A_LM / A_P / G_LM of a G cache).  Which entries a case has is its mode's
+#: choice (``cache/tiny_none``: none, so its calls are independent).
+CACHE_ENTRIES = {
+    "kv_cache": {"k_rot": ("k_rot", "extended"), "v": ("v", "extended"), "gram": ("A0", "extended"),
+                 "A": ("A", "frozen")},
+    "g_cache": {"A_LM": ("A_LM", "frozen"), "A_P": ("A_P", "frozen"), "G_LM": ("G_LM", "frozen")},
+}
+#: Leaves of the Gram chain: absent from a call's trace, they were not computed in it (a fixed external or identity
+#: G_LM, a frozen chain), so nothing flows through them; other absent leaves were computed but not recorded.
+GRAM_CHAIN = ("A0", "A", "A_LM", "A_P", "G_LM")
 
 _LAYER = re.compile(r"^(?:(?:prefill|steps\.(?P<step>\d+))\.)?layers\.(?P<layer>\d+)\.(?P<leaf>\w+)$")
 _MODEL = re.compile(r"^(?:(?:prefill|steps\.(?P<step>\d+))\.)?(?P<leaf>embed|x0|logits|new_logits)$")
-_CACHE = re.compile(r"^(?:kv_cache|g_cache)\.layers\.(?P<layer>\d+)\.(?P<leaf>\w+)$")
+_CACHE = re.compile(r"^(?P<cache>kv_cache|g_cache)\.layers\.(?P<layer>\d+)\.(?P<entry>\w+)$")
 
 
-def _call(m: re.Match) -> int:
+def _call(m: re.Match[str]) -> int:
     return 0 if m.group("step") is None else int(m.group("step")) + 1
 
 
@@ -83,7 +95,8 @@ def is_source(name: str) -> bool:
 def unresolved_dependents(names: Iterable[str], unresolved: Iterable[str]) -> dict[str, str]:
     """{output name: the first unresolved output it is computed from} over ``names`` (module docstring), given the
     names of the attention weights the dtype cannot resolve (:func:`is_source`; others are refused).  An
-    unresolved output is not its own dependent."""
+    unresolved output is not its own dependent.  The caches a case keeps are read from its final-cache names
+    (:data:`CACHE_ENTRIES`)."""
     names = list(names)
     bad = set(unresolved)
     wrong = sorted(n for n in bad if not is_source(n))
@@ -91,17 +104,20 @@ def unresolved_dependents(names: Iterable[str], unresolved: Iterable[str]) -> di
         raise ValueError(f"not attention weights {SOURCE_LEAVES} of a layer: {', '.join(wrong)}")
     layer_of: dict[tuple[int, int, str], str] = {}
     model_of: dict[tuple[int, str], str] = {}
-    caches: list[tuple[str, int, str]] = []
+    caches: list[tuple[str, int, str]] = []  # (name, layer, leaf held)
+    kept: dict[str, str] = {}  # leaf -> "extended" / "frozen"
     for n in names:
         if (m := _LAYER.match(n)) is not None:
             layer_of[(_call(m), int(m.group("layer")), m.group("leaf"))] = n
         elif (m := _MODEL.match(n)) is not None:
             model_of[(_call(m), m.group("leaf"))] = n
-        elif (m := _CACHE.match(n)) is not None:
-            caches.append((n, int(m.group("layer")), m.group("leaf")))
+        elif (m := _CACHE.match(n)) is not None and m.group("entry") in CACHE_ENTRIES[m.group("cache")]:
+            leaf, use = CACHE_ENTRIES[m.group("cache")][m.group("entry")]
+            caches.append((n, int(m.group("layer")), leaf))
+            kept[leaf] = use
     calls = sorted({k[0] for k in layer_of} | {k[0] for k in model_of})
     layers = sorted({k[1] for k in layer_of})
-    carried: dict[int, dict[str, str]] = {li: {} for li in layers}  # cache leaves of each layer -> source
+    carried: dict[int, dict[str, str]] = {li: {} for li in layers}  # cached leaves of each layer -> source
     out: dict[str, str] = {}
 
     def source_of(name: str | None, upstream: str | None) -> str | None:
@@ -111,21 +127,27 @@ def unresolved_dependents(names: Iterable[str], unresolved: Iterable[str]) -> di
         return name if name in bad else None
 
     for c in calls:
+        later = c > calls[0]
         embed = source_of(model_of.get((c, "embed")), None)
         stream = source_of(model_of.get((c, "x0")), embed)  # what the next layer's x is computed from
         for li in layers:
             src: dict[str, str] = {}
             for leaf in LAYER_TRACE_NAMES:
                 name = layer_of.get((c, li, leaf))
-                if leaf == "x":
+                if later and kept.get(leaf) == "frozen":
+                    up = carried[li].get(leaf)  # the cached value itself
+                elif leaf == "x":
                     up = stream
+                elif name is None and leaf in GRAM_CHAIN:
+                    up = None  # not computed in this call
                 else:
                     up = next((src[i] for i in LAYER_INPUTS.get(leaf, ()) if i in src), None)
-                    up = up or carried[li].get(leaf)
+                    if up is None and later and kept.get(leaf) == "extended":
+                        up = carried[li].get(leaf)
                 s = source_of(name, up)
                 if s is not None:
                     src[leaf] = s
-            for leaf in CACHED_LEAVES:
+            for leaf in kept:
                 if leaf in src and leaf not in carried[li]:
                     carried[li][leaf] = src[leaf]
             stream = src.get("out2")
@@ -139,9 +161,8 @@ def unresolved_dependents(names: Iterable[str], unresolved: Iterable[str]) -> di
                 out[name] = stream
         if (name := model_of.get((c, "x0"))) is not None and embed is not None:
             out[name] = embed
-    for name, li, entry in caches:
-        held = carried.get(li, {})
-        s = held.get(CACHE_ENTRIES.get(entry, entry)) or next(iter(held.values()), None)
+    for name, li, leaf in caches:
+        s = carried.get(li, {}).get(leaf)
         if s is not None:
             out[name] = s
     return out

@@ -40,7 +40,7 @@ from pldr_ref.harness.localize import (
 )
 from pldr_ref.harness.protocol import CaseTimeout, Unsupported, primary_outputs, unsupported_reason
 from pldr_ref.harness.representable import representable_part
-from pldr_ref.harness.tolerance import case_baselines, output_allowance
+from pldr_ref.harness.tolerance import RULE_NOT_JUDGEABLE, Allowance, case_baselines, output_allowance
 from pldr_ref.harness.unresolved_upstream import mark_unresolved_dependents
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.stages import stage_of_output
@@ -179,8 +179,12 @@ def compare_outputs(backend: Any, case: Any, dtype: str, produced: Mapping[str, 
             continue
         got = produced[name]
         if name not in allowances:  # no element of it is representable in the dtype
-            results.append(OutputResult(name, stage, "not_applicable", None, None,
-                                        note=f"nothing representable in {dtype}: {part.note}"))
+            if np.shape(got) == np.shape(want):
+                results.append(OutputResult(name, stage, "not_applicable", None, None,
+                                            note=f"nothing representable in {dtype}: {part.note}"))
+            else:  # still a wrong shape: judged without an allowance, the comparison reports it
+                results.append(judge(name, stage, want, got, dtype, Allowance(
+                    None, 0.0, RULE_NOT_JUDGEABLE, {}, judged=False, reason=f"nothing representable in {dtype}")))
             continue
         if name in keep and np.shape(got) == np.shape(want):  # judged on the representable part only
             want, got = np.asarray(want)[keep[name]], np.asarray(got)[keep[name]]

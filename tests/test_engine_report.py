@@ -1,0 +1,34 @@
+"""The engine report (``python -m pldr_ref.harness.engine_report``) names every failing or erroring case and its
+per-case time limit (issue 19: the report kept no per-case messages, so a timeout could only be guessed at)."""
+
+from __future__ import annotations
+
+from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
+from pldr_ref.harness import engine_report
+from pldr_ref.harness.verdict_power import ZeroLogits
+
+
+def _run(**extra):
+    return {"counts": {"pass": 3}, "margins": {}, "seconds": 1.0, **extra}
+
+
+def test_markdown_lists_every_problem_and_the_time_limit():
+    runs = {("jax", "float32"): _run(problems=["model/x: error: backend exceeded the 1800 s limit"]),
+            ("onnx", "float16"): _run(problems=[])}
+    text = engine_report.markdown(runs, None, None, "cmd", timeout=1800)
+    assert "- jax float32: model/x: error: backend exceeded the 1800 s limit" in text
+    assert "Per-case time limit: 1800 s." in text
+    clean = engine_report.markdown({("onnx", "float16"): _run(problems=[])}, None, None, "cmd")
+    assert "Failing or erroring cases: none." in clean and "Per-case time limit: 600 s." in clean
+    assert "Per-case time limit: none." in engine_report.markdown(runs, None, None, "cmd", timeout=0)
+
+
+def test_run_engine_keeps_the_reason_of_a_failing_case(monkeypatch):
+    import pldr_ref.harness.protocol as protocol
+
+    monkeypatch.setattr(protocol, "load_backend", lambda spec: ZeroLogits())
+    case = load_case(DEFAULT_GOLDEN_DIR / "model/tiny_identity_g_short")
+    out = engine_report.run_engine("zero", "float32", [case], timeout=30)
+    assert out["counts"] == {"fail": 1}
+    assert len(out["problems"]) == 1 and out["problems"][0].startswith("model/tiny_identity_g_short: fail: ")
+    assert len(out["problems"][0]) <= len("model/tiny_identity_g_short: fail: ") + engine_report.REASON_CHARS
