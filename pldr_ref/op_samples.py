@@ -232,10 +232,16 @@ def mix_values(rng: np.random.Generator) -> list[OpSample]:
             OpSample("T_gt_S", {"e": e / e.sum(axis=-1, keepdims=True), "v": _u(rng, (2, 2, 3, 4), 2.0)})]
 
 
-def embedding(rng: np.random.Generator) -> list[OpSample]:
-    """E[x] sqrt(d): one token of the edge model; then [2, 3] tokens of the small model with a pad id."""
+def _right_padded_ids(rng: np.random.Generator) -> np.ndarray:
+    """[2, 3] token ids of the small model whose second row ends in the pad id."""
     ids = _ids(rng, (2, 3), SMALL_CONFIG)
     ids[1, -1] = SMALL_CONFIG.pad_id
+    return ids
+
+
+def embedding(rng: np.random.Generator) -> list[OpSample]:
+    """E[x] sqrt(d): one token of the edge model; then [2, 3] tokens of the small model with a pad id."""
+    ids = _right_padded_ids(rng)
     return [OpSample("one_token", {"token_ids": np.array([[2]])}, params=sample_params(EDGE_CONFIG, rng)),
             OpSample("B2_S3", {"token_ids": ids}, params=sample_params(SMALL_CONFIG, rng))]
 
@@ -260,8 +266,7 @@ def decoder_layer(rng: np.random.Generator) -> list[OpSample]:
 
 def forward(rng: np.random.Generator) -> list[OpSample]:
     """One token of the edge model; then the small model on [2, 3] tokens with a right-padded row."""
-    ids = _ids(rng, (2, 3), SMALL_CONFIG)
-    ids[1, -1] = SMALL_CONFIG.pad_id
+    ids = _right_padded_ids(rng)
     return [OpSample("one_token", {"token_ids": np.array([[3]])}, params=sample_params(EDGE_CONFIG, rng)),
             OpSample("B2_S3_padding", {"token_ids": ids}, params=sample_params(SMALL_CONFIG, rng))]
 

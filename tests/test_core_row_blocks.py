@@ -332,12 +332,16 @@ def test_two_and_three_dimensional_masks_broadcast_as_before(tiny_blocks) -> Non
         masked_attention_weights(scores, mask4[None], mask_mode="additive")
 
 
-def test_layer_check_hook_sees_every_stage_in_trace_order() -> None:
+def _layer_inputs(rows: int):
+    """(config, params, x, positions, mask) of layer 0 of the small model on 2 x ``rows`` tokens."""
     cfg = small_config()
-    params = model_params(cfg, 0)
-    ids = token_ids(cfg, 2, 5, 0)
-    positions, mask = sequence_mask(cfg, ids)
-    x = np.random.default_rng(0).standard_normal((2, 5, cfg.d_model))
+    positions, mask = sequence_mask(cfg, token_ids(cfg, 2, rows, 0))
+    x = np.random.default_rng(0).standard_normal((2, rows, cfg.d_model))
+    return cfg, model_params(cfg, 0), x, positions, mask
+
+
+def test_layer_check_hook_sees_every_stage_in_trace_order() -> None:
+    cfg, params, x, positions, mask = _layer_inputs(5)
     seen: list[str] = []
 
     class Check:
@@ -356,11 +360,7 @@ def test_layer_check_hook_sees_every_stage_in_trace_order() -> None:
 def test_layer_transforming_hook_sees_every_stage_and_the_masked_logits_per_block(tiny_blocks) -> None:
     """A hook that may change values (not ``finite_only``) sees every trace entry, the scores included, and the
     masked logits and E of each block of query rows; returning its input keeps the float64 values."""
-    cfg = small_config()
-    params = model_params(cfg, 0)
-    ids = token_ids(cfg, 2, 6, 0)
-    positions, mask = sequence_mask(cfg, ids)
-    x = np.random.default_rng(0).standard_normal((2, 6, cfg.d_model))
+    cfg, params, x, positions, mask = _layer_inputs(6)
     seen: list[str] = []
 
     def record(name, arr):
