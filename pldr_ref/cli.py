@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
+
+from pldr_ref.tool_cli import (  # noqa: F401  (re-exported: the exit statuses and describe() known from here)
+    EXIT_BROKEN_PIPE,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    TRACEBACK_ENV,
+    describe,
+    guarded,
+)
 
 # subcommand -> module exposing ``register(subparsers)``; each registered parser sets ``func``.
 SUBCOMMANDS = {
@@ -21,15 +29,6 @@ SUBCOMMANDS = {
 DESCRIPTION = ("pldr-ref: the float64 / exact reference implementation of PLDR-LLM and Power Law Graph Attention "
                "(golden fixtures, backend validation, accuracy of the float64 path, Lean-lemma mirrors).")
 
-#: Exit status of a command whose output pipe was closed by its reader (128 + SIGPIPE, as a shell reports it).
-EXIT_BROKEN_PIPE = 141
-#: Exit status of a refused command (bad input, unreadable or unwritable file, failing backend setup).
-EXIT_ERROR = 2
-#: Exit status after Ctrl-C (128 + SIGINT, as a shell reports it).
-EXIT_INTERRUPTED = 130
-#: Set this environment variable to 1 to get the traceback of an error instead of its one line.
-TRACEBACK_ENV = "PLDR_REF_TRACEBACK"
-
 #: Output flags checked before each subcommand runs (pldr_ref.output_paths): attribute -> (flag, kind).
 OUTPUT_FLAGS = {
     "validate": {"out": ("--out", "file"), "junit": ("--junit", "file")},
@@ -38,6 +37,15 @@ OUTPUT_FLAGS = {
     "diagnose": {"json": ("--json", "file"), "markdown": ("--markdown", "file"), "out": ("--out", "folder")},
     "golden": {"out": ("--out", "suite")},
     "export": {"out": ("--out", "file")},
+}
+#: Input flags no output may overwrite or lie inside (pldr_ref.output_paths.check_distinct): attribute -> (flag,
+#: kind); a suite folder given as "default" is the committed golden/.
+INPUT_FLAGS = {
+    "validate": {"suite_dir": ("--suite-dir", "folder"), "suite": ("--suite", "folder"), "onnx": ("--onnx", "file")},
+    "diagnose": {"checkpoint": ("--checkpoint", "file"), "config": ("--config", "file"), "file": ("--file", "file"),
+                 "prompts": ("--prompts", "file")},
+    "export": {"config": ("--config", "file"), "suite_dir": ("--suite-dir", "folder")},
+    "golden": {"suite_dir": ("--suite-dir", "folder")},
 }
 
 #: The flag names every subcommand uses for the same thing (shown by ``pldr-ref --help``).
@@ -62,17 +70,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_outputs(args: argparse.Namespace) -> None:
-    """Refuse unwritable output paths and writes into the committed golden/ before the command runs."""
-    from pldr_ref.output_paths import check_output
+def _input_path(value: object) -> object:
+    """An input flag's path ("default" suite = the committed golden/; a case set name is no path)."""
+    if value == "full":
+        return None
+    if value == "default":
+        from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR
 
-    for attr, (flag, kind) in OUTPUT_FLAGS.get(args.command, {}).items():
-        value = getattr(args, attr, None)
-        if value is not None:
-            check_output(value, kind, flag)
+        return DEFAULT_GOLDEN_DIR
+    return value
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """The output-path policy (pldr_ref.output_paths) before the command runs: unwritable paths, writes into the
+    committed golden/ or the package, an output that is an input or another output."""
+    from pldr_ref.output_paths import check_command_paths
+
+    outputs = [(flag, getattr(args, attr, None), kind) for attr, (flag, kind) in OUTPUT_FLAGS.get(args.command,
+                                                                                                   {}).items()]
+    inputs = [(flag, _input_path(getattr(args, attr, None)), kind)
+              for attr, (flag, kind) in INPUT_FLAGS.get(args.command, {}).items()]
+    check_command_paths(outputs, inputs)
 
 
 def _run(argv: list[str] | None) -> int:
+    from pldr_ref.env_vars import check_environment
+
+    check_environment()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
@@ -89,19 +113,6 @@ def _run(argv: list[str] | None) -> int:
     return code
 
 
-def describe(exc: BaseException) -> str:
-    """One line for an error: the message (an OSError with its file and reason), else the exception type."""
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
-    if isinstance(exc, RecursionError):
-        return f"input nested too deeply ({exc})"
-    if isinstance(exc, MemoryError):
-        return "out of memory (see the size guard in docs/backends.md; PLDR_REF_MEMORY_BUDGET)"
-    text = " ".join(str(exc).split())
-    known = (ValueError, OSError, LookupError, TypeError, ImportError, FloatingPointError)
-    return text if text and isinstance(exc, known) else f"{type(exc).__name__}: {text}"
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code.
 
@@ -116,29 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     words = [a for a in argv if not a.startswith("-")]
     if words and words[0] in SUBCOMMANDS:
         command = f"pldr-ref {words[0]}"
-    try:
-        return _run(argv)
-    except BrokenPipeError:
-        # stdout is gone: point it at devnull so the interpreter's final flush does not fail again
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return EXIT_BROKEN_PIPE
-    except KeyboardInterrupt:
-        if os.environ.get(TRACEBACK_ENV) == "1":
-            raise
-        print(f"\n{command}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            raise  # argparse's own usage errors (status 2) and explicit exit statuses
-        print(f"{command}: error: {exc.code}", file=sys.stderr)
-        return EXIT_ERROR
-    except Exception as exc:
-        if os.environ.get(TRACEBACK_ENV) == "1":
-            raise
-        print(f"{command}: error: {describe(exc)}", file=sys.stderr)
-        return EXIT_ERROR
+    return guarded(command, lambda: _run(argv))
 
 
 if __name__ == "__main__":

@@ -12,9 +12,8 @@ byte count with an optional K/M/G/T suffix (powers of 1024), e.g. ``PLDR_REF_MEM
 
 from __future__ import annotations
 
-import os
-
 from pldr_ref.config import PLDRConfig
+from pldr_ref.env_vars import BYTE_SUFFIXES, read_env
 
 #: Environment variable overriding the budget (bytes, optional K/M/G/T suffix; "none" disables the guard).
 BUDGET_ENV = "PLDR_REF_MEMORY_BUDGET"
@@ -24,7 +23,7 @@ DEFAULT_BUDGET_BYTES = 32 * 2**30
 #: Bytes of one float64.
 FLOAT64_BYTES = 8
 #: Suffix -> multiplier of the budget variable.
-SUFFIXES = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+SUFFIXES = BYTE_SUFFIXES
 #: [B, S, d] arrays one layer's trace keeps: x, q, k, q_rot, k_rot, v, ctx, attn_out, out1, ffn_out, out2.
 TRACE_ROW_ARRAYS = 11
 #: [B, H, (S,) d_k, d_k] arrays one layer's trace keeps: A0, A, A_LM, A_P, G_LM.
@@ -47,23 +46,11 @@ class MemoryBudgetError(ValueError):
 
 def memory_budget(budget: int | None = None) -> int | None:
     """The budget in bytes: ``budget`` if given, else ``PLDR_REF_MEMORY_BUDGET``, else the default;
-    None when the variable says ``none`` (guard off).  A malformed variable is a ValueError naming it."""
+    None when the variable says ``none`` (guard off).  A malformed variable is an
+    :class:`~pldr_ref.env_vars.EnvVarError` (a ValueError) naming it (:func:`pldr_ref.env_vars.read_env`)."""
     if budget is not None:
         return int(budget)
-    raw = os.environ.get(BUDGET_ENV, "").strip()
-    if not raw:
-        return DEFAULT_BUDGET_BYTES
-    if raw.lower() == "none":
-        return None
-    scale = SUFFIXES.get(raw[-1].upper(), 1)
-    digits = raw[:-1] if raw[-1].upper() in SUFFIXES else raw
-    try:
-        value = float(digits) * scale
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError(f"{BUDGET_ENV}={raw!r} is not a positive byte count (e.g. 64G, 500M, 1e11) or 'none'")
-    return int(value)
+    return read_env(BUDGET_ENV, DEFAULT_BUDGET_BYTES)
 
 
 def parameter_count(config: PLDRConfig) -> int:

@@ -42,15 +42,11 @@ _pool_key: tuple[int, int] | None = None  # (pid, threads): a forked child or a 
 
 def worker_count() -> int:
     """Threads used for row-blocked stages: ``PLDR_REF_THREADS`` if set, else the CPUs this process may use."""
-    raw = os.environ.get(_THREADS_ENV)
-    if raw is not None:
-        try:
-            n = int(raw)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise ValueError(f"{_THREADS_ENV} must be a positive integer, got {raw!r}")
-        return n
+    from pldr_ref.env_vars import read_env
+
+    n = read_env(_THREADS_ENV)
+    if n is not None:
+        return int(n)
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not every platform has sched_getaffinity

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
+from pldr_ref.env_vars import read_env
 from pldr_ref.harness.protocol import Capabilities, Unsupported
 from pldr_ref.params import Params
 from pldr_ref.registry import ALL_STAGES, OPS
@@ -63,7 +64,7 @@ def ort_session(model_bytes: bytes) -> Any:
     """An ONNX Runtime session on the CPU provider (one intra-op thread: deterministic, fast for small graphs)."""
     ort = import_ort()
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = int(os.environ.get("PLDR_REF_ORT_THREADS", "1"))
+    opts.intra_op_num_threads = read_env("PLDR_REF_ORT_THREADS", 1)
     opts.log_severity_level = 3
     return ort.InferenceSession(model_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
 

@@ -30,7 +30,6 @@ dependency (``pip install "pldr-ref[torch]"``); it is imported when the backend 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +37,7 @@ import numpy as np
 
 from pldr_ref.backends.torch_cases import GENERATION_MODES, HF_IGNORE_INDEX, TorchCases
 from pldr_ref.backends.torch_math import TorchMath
+from pldr_ref.env_vars import read_env
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import FIXED_G_KEY, Params
@@ -179,9 +179,9 @@ class TorchBackend(TorchCases, TorchMath):
     def __init__(self, device: str | None = None, num_threads: int | None = None) -> None:
         torch = import_torch()
         self.torch = torch
-        dev = device or os.environ.get("PLDR_REF_TORCH_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+        dev = device or read_env("PLDR_REF_TORCH_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
         self.device = torch.device(dev)
-        threads = num_threads if num_threads is not None else os.environ.get("PLDR_REF_TORCH_THREADS")
+        threads = num_threads if num_threads is not None else read_env("PLDR_REF_TORCH_THREADS")
         if threads:
             torch.set_num_threads(int(threads))
         self._params_cache: dict[tuple[int, str], tuple[Params, dict[str, Any]]] = {}

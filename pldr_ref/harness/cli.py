@@ -1,6 +1,7 @@
 """``pldr-ref validate``: run a backend on the golden suite and print / write the verdict.
 
     pldr-ref validate (--backend MODULE:ATTR | --onnx MODEL.onnx) [--dtype float64,float32 ...] [--suite-dir DIR]
+                      [--suite default|full]
                       [--group model ...] [-k REGEX] [--out OUT.json] [--junit OUT.xml]
                       [--timeout SECONDS] [--no-isolation] [--timing] [--quiet]
 
@@ -10,17 +11,17 @@ was judged, when the suite's integrity cannot be checked (no MANIFEST.json, case
 from disk, modified files) or the backend declares kinds the harness does not know -- the reason is
 printed, and the table, JSON and JUnit reports are written in every one of these cases; 2 for a
 usage problem (bad backend name, a backend whose import, constructor or capabilities() raises, unknown
-dtype, missing suite folder, nothing selected, a bad -k pattern, --timeout not a finite number >= 0, an
-output path that cannot be written -- checked before the run); 130 after Ctrl-C (reports still written).
+dtype, missing suite folder, nothing selected, a bad -k pattern, --timeout not a finite number from 0 to 1e6, an
+output path that cannot be written or that is an input or another output -- checked before the run); 130 after
+Ctrl-C (reports still written, atomically).  ``--suite NAME`` is the case set (default, full; its cases missing
+from the folder are a problem), ``--suite-dir DIR`` the folder; ``--suite DIR`` still works, deprecated.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import math
 import sys
-from pathlib import Path
 from typing import Any
 
 from pldr_ref.export import cli as onnx_cli
@@ -29,8 +30,11 @@ from pldr_ref.harness.suite_loading import (  # load_suite: kept importable from
     DEFAULT_SUITE,
     load_suite,  # noqa: F401
     load_suite_checked,
-    suite_root,
+    suite_root,  # noqa: F401
 )
+from pldr_ref.output_paths import atomic_write_text
+from pldr_ref.text_escape import escape_text
+from pldr_ref.tool_cli import MAX_SECONDS, add_suite_arguments, seconds, suite_selection
 
 #: Exit status after Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 130
@@ -47,15 +51,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dtype", action="append", default=None, metavar="DTYPE",
                    help=f"dtype(s) to run, comma-separated or repeated ({', '.join(DTYPES)}); "
                         "default: every dtype the backend declares")
-    p.add_argument("--suite-dir", "--suite", dest="suite_dir", default=DEFAULT_SUITE, metavar="DIR",
-                   help="the golden suite folder to read (default: the committed golden/; --suite is an alias)")
+    add_suite_arguments(p)  # --suite-dir DIR, --suite NAME (pldr_ref.tool_cli)
     p.add_argument("--group", action="append", default=None, help="only these case groups (op, layer, model, ...)")
     p.add_argument("-k", dest="pattern", default=None, metavar="REGEX", help="only cases whose name matches REGEX")
     p.add_argument("--out", "--report", dest="out", default=None, metavar="OUT.json",
                    help="write the JSON report here (--report is an alias)")
     p.add_argument("--junit", default=None, metavar="OUT.xml", help="write JUnit XML here")
-    p.add_argument("--timeout", type=timeout_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                   help=f"per-case time limit for the backend's calls (default {DEFAULT_TIMEOUT_S:g}; 0 = none)")
+    p.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help=f"per-case time limit for the backend's calls (default {DEFAULT_TIMEOUT_S:g}; 0 = none; "
+                        f"at most {MAX_SECONDS:g})")
     p.add_argument("--no-isolation", action="store_true", help="skip stage isolation (end-to-end comparison only)")
     p.add_argument("--timing", action="store_true", help="record per-case durations (reports stop being "
                                                           "byte-identical between runs)")
@@ -64,15 +68,9 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=main)
 
 
-def timeout_seconds(text: str) -> float:
-    """``--timeout``: a finite number of seconds >= 0 (0 = no limit); -5, nan and inf are usage errors."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0 (0 = no limit), got {text!r}")
-    return value
+#: ``--timeout``'s type (kept under its former name): a finite number of seconds from 0 (no limit) to
+#: :data:`pldr_ref.tool_cli.MAX_SECONDS`.
+timeout_seconds = seconds
 
 
 def parse_dtypes(values: list[str] | None, declared: tuple[str, ...]) -> list[str]:
@@ -120,6 +118,23 @@ def backend_problems(backend: Any) -> list[str]:
     return out
 
 
+def select_case_set(cases: list[Any], problems: list[str], names: frozenset[str], args: argparse.Namespace,
+                    root: Any) -> tuple[list[Any], list[str]]:
+    """The loaded cases that belong to the ``--suite`` case set, with a problem naming the set's cases missing from
+    the folder (within the --group / -k selection)."""
+    import re
+
+    rx = re.compile(args.pattern) if args.pattern else None
+    wanted = {n for n in names if (args.group is None or n.split("/", 1)[0] in args.group)
+              and (rx is None or rx.search(n))}
+    gone = sorted(wanted - {c.name for c in cases})
+    if gone:
+        problems = [*problems, f"{len(gone)} case(s) of suite {args.suite!r} are not in {root}: "
+                    + ", ".join(gone[:5]) + (" ..." if len(gone) > 5 else "")
+                    + f" (build them: pldr-ref golden build --suite {args.suite} --out DIR --only NAME)"]
+    return [c for c in cases if c.name in names], problems
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the validation; return the exit status."""
     from pldr_ref.harness.report import build_report, dumps_report, junit_xml, passed, table
@@ -132,11 +147,13 @@ def main(args: argparse.Namespace) -> int:
         else:  # --onnx MODEL.onnx, or neither / both given (pldr_ref.export.cli says which)
             backend = onnx_cli.validation_backend(args)
         dtypes = parse_dtypes(args.dtype, backend.capabilities().dtypes)
-        root = suite_root(args.suite_dir)
+        root, names = suite_selection(args, "pldr-ref validate")
         cases, problems = load_suite_checked(root, args.group, args.pattern)
     except ValueError as exc:
-        print(f"pldr-ref validate: {exc}", file=sys.stderr)
+        print(f"pldr-ref validate: error: {escape_text(exc, one_line=True)}", file=sys.stderr)
         return 2
+    if names is not None:  # --suite NAME: the cases of that set, those missing from the folder reported
+        cases, problems = select_case_set(cases, problems, names, args, root)
     problems += backend_problems(backend)
     if not dtypes:
         problems.append(f"no dtype to run: the backend declares {list(backend.capabilities().dtypes)}")
@@ -159,16 +176,15 @@ def main(args: argparse.Namespace) -> int:
     digest = hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else None
     if args.out:
         report = build_report(results, backend_spec=args.backend, backend=backend, dtypes=dtypes,
-                              suite_root=args.suite_dir, manifest_sha256=digest, num_cases=len(cases),
-                              problems=problems)
-        Path(args.out).write_text(dumps_report(report), encoding="utf-8")
+                              suite_root=str(args.suite_dir or DEFAULT_SUITE), manifest_sha256=digest,
+                              num_cases=len(cases), problems=problems)
+        atomic_write_text(args.out, dumps_report(report))
     if args.junit:
-        Path(args.junit).write_text(junit_xml(results, backend_name=str(backend.name), problems=problems),
-                                    encoding="utf-8")
+        atomic_write_text(args.junit, junit_xml(results, backend_name=str(backend.name), problems=problems))
     ok = passed(results, problems)
     if not ok and args.quiet:
         for msg in problems:
-            print(f"pldr-ref validate: {msg}", file=sys.stderr)
+            print(f"pldr-ref validate: {escape_text(msg, one_line=True)}", file=sys.stderr)
     if interrupted:
         print("pldr-ref validate: interrupted (reports written without results)", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -47,6 +47,7 @@ from typing import Any
 
 from pldr_ref.harness import tolerance
 from pldr_ref.harness.validate import CASE_STATUSES, FAILING_STATUSES, CaseResult
+from pldr_ref.text_escape import escape_text
 
 SCHEMA_VERSION = "pldr-ref-validation-report/1"
 
@@ -247,14 +248,15 @@ def table(results: list[CaseResult], problems: Iterable[str] = ()) -> str:
         else:
             note = r.reason
         ulp_text = "-" if ulp is None else (_fmt(ulp) if not math.isfinite(ulp) else f"{ulp:.0f}")
-        rows.append((r.status.upper(), r.dtype, r.case, name, _fmt(rel), ulp_text, note))
+        rows.append(tuple(escape_text(cell, one_line=True)
+                          for cell in (r.status.upper(), r.dtype, r.case, name, _fmt(rel), ulp_text, note)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
              for row in rows]
     s = summarize(results)
     lines.append("")
     for msg in run_problems(results, problems):
-        lines.append(f"PROBLEM: {msg}")
+        lines.append(f"PROBLEM: {escape_text(msg, one_line=True)}")
     lines.append(f"{s['total']} checks: {s['pass']} pass, {s['fail']} fail, {s['error']} error, "
                  f"{s['not_judgeable']} not judgeable (not covered), {s['unsupported']} unsupported, "
                  f"{s['not_applicable']} not applicable -> " + ("PASSED" if passed(results, problems) else "FAILED"))
@@ -287,9 +289,15 @@ def _failure_text(r: CaseResult) -> str:
 def junit_xml(results: list[CaseResult], *, backend_name: str, problems: Iterable[str] = ()) -> str:
     """JUnit XML: one ``testsuite`` per dtype, one ``testcase`` per case.
 
+    Every string of the results (case names, reasons, backend messages) goes through
+    :func:`~pldr_ref.text_escape.escape_text`: control characters and lone surrogates, which XML 1.0 cannot hold,
+    become visible escapes, so the document always parses.
+
     fail -> ``<failure>``, error -> ``<error>``, unsupported / not_applicable / not_judgeable (not covered) ->
     ``<skipped>`` (with the reason).  Attributes ``tests``, ``failures``, ``errors``, ``skipped`` are the counts.
     """
+    x = escape_text
+    backend_name = x(backend_name, one_line=True)
     root = ET.Element("testsuites", name=f"pldr-ref validate {backend_name}")
     dtypes = list(dict.fromkeys(r.dtype for r in results))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -298,19 +306,19 @@ def junit_xml(results: list[CaseResult], *, backend_name: str, problems: Iterabl
         counts = {"tests": len(rs), "failures": sum(r.status == "fail" for r in rs),
                   "errors": sum(r.status == "error" for r in rs),
                   "skipped": sum(r.status in ("unsupported", "not_applicable", "not_judgeable") for r in rs)}
-        suite = ET.SubElement(root, "testsuite", name=f"pldr_ref.{backend_name}.{dtype}",
+        suite = ET.SubElement(root, "testsuite", name=x(f"pldr_ref.{backend_name}.{dtype}"),
                               **{k: str(v) for k, v in counts.items()})
         for r in rs:
-            attrs = {"classname": f"pldr_ref.{backend_name}.{dtype}.{r.group}", "name": r.case}
+            attrs = {"classname": x(f"pldr_ref.{backend_name}.{dtype}.{r.group}"), "name": x(r.case)}
             if r.seconds is not None:
                 attrs["time"] = f"{r.seconds:.3f}"
             tc = ET.SubElement(suite, "testcase", **attrs)
             if r.status == "fail":
-                ET.SubElement(tc, "failure", message=r.reason, type="ToleranceExceeded").text = _failure_text(r)
+                ET.SubElement(tc, "failure", message=x(r.reason), type="ToleranceExceeded").text = x(_failure_text(r))
             elif r.status == "error":
-                ET.SubElement(tc, "error", message=r.reason, type="BackendError")
+                ET.SubElement(tc, "error", message=x(r.reason), type="BackendError")
             elif r.status in ("unsupported", "not_applicable", "not_judgeable"):
-                ET.SubElement(tc, "skipped", message=f"{r.status}: {r.reason}")
+                ET.SubElement(tc, "skipped", message=x(f"{r.status}: {r.reason}"))
         for k in totals:
             totals[k] += counts[k]
     msgs = run_problems(results, problems)
@@ -319,7 +327,7 @@ def junit_xml(results: list[CaseResult], *, backend_name: str, problems: Iterabl
                               failures=str(len(msgs)), errors="0", skipped="0")
         for i, msg in enumerate(msgs):
             tc = ET.SubElement(suite, "testcase", classname=f"pldr_ref.{backend_name}.run", name=f"problem_{i}")
-            ET.SubElement(tc, "failure", message=msg, type="RunProblem")
+            ET.SubElement(tc, "failure", message=x(msg), type="RunProblem")
         totals["tests"] += len(msgs)
         totals["failures"] += len(msgs)
     for k, v in totals.items():
