@@ -43,7 +43,8 @@ CONVENTIONS = f"""\
 conventions (the same as pldr-ref's): bad input is one `PROG: error: ...` line and exit status 2 (set
 PLDR_REF_TRACEBACK=1 for a traceback); Ctrl-C exits 130; environment variables and output paths are checked
 before any work (an output may not lie in the committed golden/ or the pldr_ref package, nor be an input or
-another output) and outputs are written atomically; time limits are finite seconds >= 0 and <= {MAX_SECONDS:g}."""
+another output) and outputs are written atomically; time limits are finite seconds from 0 (no limit) to
+{MAX_SECONDS:.0f}."""
 
 
 def describe(exc: BaseException) -> str:
@@ -124,8 +125,8 @@ def seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds from 0 (no limit) to {MAX_SECONDS:g}, "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds from 0 (no limit) to "
+                                         f"{MAX_SECONDS:.0f}, got {text!r}")
     return value
 
 
@@ -198,8 +199,27 @@ def suite_selection(args: argparse.Namespace, command: str) -> tuple[Path, froze
         suite_dir, suite = suite, None
         args.suite_dir, args.suite = suite_dir, None
     root = suite_root(suite_dir if suite_dir is not None else "default")
+    from pldr_ref.fixtures.build import recover_swap
+
+    recover_swap(root)  # a build killed between the two renames of its fallback: the previous suite comes back
     if suite is None:
         return root, None
     from pldr_ref.fixtures.suite import build_suite
 
     return root, frozenset(s.name for s in build_suite(suite) if suite == "full" or s.committed)
+
+
+def load_selected_suite(root: Path, names: frozenset[str] | None) -> list:
+    """Every case of the suite under ``root`` (hash-checked; any suite problem is a ValueError), only those of the
+    case set ``names`` when given -- a case of the set missing from the folder is a ValueError naming it."""
+    from pldr_ref.harness.suite_loading import load_suite
+
+    cases = load_suite(root, None, None)
+    if names is None:
+        return cases
+    gone = sorted(names - {c.name for c in cases})
+    if gone:
+        raise ValueError(f"{len(gone)} case(s) of the case set are not in {root}: " + ", ".join(gone[:5])
+                         + (" ..." if len(gone) > 5 else "") + " (build them with `pldr-ref golden build --suite "
+                         "full --out DIR --only NAME`)")
+    return [c for c in cases if c.name in names]

@@ -91,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
     print(summary(outcomes) + f"; {seconds:.1f} s ({args.profile})")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(markdown(outcomes, args.profile, mutants), encoding="utf-8")
+        from pldr_ref.output_paths import atomic_write_text
+
+        atomic_write_text(args.out, markdown(outcomes, args.profile, mutants))
         print(f"wrote {args.out}")
     ok = all(o.ok if not args.no_controls else o.passed for o in outcomes)
     return 0 if ok and (mutants is None or all(r.caught for r in mutants)) else 1

@@ -123,6 +123,20 @@ def run_g_lm(args: argparse.Namespace) -> int:
     return _emit(args, doc, f"G_LM structure ({source})")
 
 
+def read_config_json(path: str) -> object:
+    """The parsed ``--config`` file; a file that is not JSON is a ValueError naming the file and the place."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"diagnose model: --config {path}: not UTF-8 text ({exc.reason})") from None
+    except RecursionError:
+        raise ValueError(f"diagnose model: --config {path}: nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"diagnose model: --config {path}: not valid JSON ({exc.msg} at line {exc.lineno} column "
+                         f"{exc.colno})") from None
+
+
 def load_model(args: argparse.Namespace):  # -> tuple[Params, str]
     """(params, label) from --preset/--seed or --checkpoint/--config."""
     from pldr_ref import PLDRConfig, init_params
@@ -131,8 +145,7 @@ def load_model(args: argparse.Namespace):  # -> tuple[Params, str]
     if args.checkpoint:
         if not args.config:
             raise ValueError("diagnose model: --checkpoint needs --config config.json")
-        with open(args.config, encoding="utf-8") as fh:
-            raw = json.load(fh)
+        raw = read_config_json(args.config)
         fields = set(PLDRConfig.__dataclass_fields__)
         config = PLDRConfig.from_dict(raw) if isinstance(raw, dict) and set(raw) <= fields \
             else PLDRConfig.from_hf_config(args.config)

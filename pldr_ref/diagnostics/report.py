@@ -54,7 +54,9 @@ def write_json(doc: dict, path: str | os.PathLike[str]) -> Path:
     """Write ``doc`` as strict, indented JSON (parents created); returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    from pldr_ref.output_paths import atomic_write_text
+
+    atomic_write_text(p, json.dumps(doc, indent=1, allow_nan=False) + "\n")
     return p
 
 
@@ -111,5 +113,7 @@ def write_markdown(doc: dict, path: str | os.PathLike[str], title: str | None = 
     """Write :func:`markdown` of ``doc`` to ``path`` (parents created); returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(markdown(doc, title), encoding="utf-8")
+    from pldr_ref.output_paths import atomic_write_text
+
+    atomic_write_text(p, markdown(doc, title))
     return p

@@ -260,11 +260,13 @@ def _csv_ints(text: str) -> tuple[int, ...]:
 
 
 def _csv_names(text: str) -> tuple[str, ...]:
-    names = tuple(t.strip() for t in text.split(",") if t.strip())
-    bad = [n for n in names if n not in CONFIGS]
-    if bad:
-        raise argparse.ArgumentTypeError(f"unknown config(s) {bad}; available: {', '.join(CONFIGS)}")
-    return names
+    """``--configs``: a non-empty comma-separated list of :data:`CONFIGS` names (``''`` would measure nothing)."""
+    from pldr_ref.tool_cli import choice_list
+
+    try:
+        return choice_list(tuple(CONFIGS))(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"unknown config(s) or none: {exc}") from None
 
 
 def _override(text: str) -> tuple[str, Any]:
@@ -354,8 +356,9 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         print(text)
     else:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+        from pldr_ref.output_paths import atomic_write_text
+
+        atomic_write_text(args.out, text + "\n")
     return 0
 
 

@@ -78,7 +78,9 @@ def export_onnx(args: argparse.Namespace) -> int:
     except (ValueError, ImportError) as exc:
         print(f"pldr-ref export onnx: {exc}", file=sys.stderr)
         return 2
-    args.out.write_bytes(model.SerializeToString())
+    from pldr_ref.output_paths import atomic_write_bytes
+
+    atomic_write_bytes(args.out, model.SerializeToString())
     outputs = len(model.graph.output)
     print(f"wrote {args.out} ({args.dtype}, opset {model.opset_import[0].version}, {outputs} outputs)")
     return 0

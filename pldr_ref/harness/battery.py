@@ -166,14 +166,12 @@ def margins(results: Iterable[Any]) -> tuple[tuple[float, str] | None, tuple[flo
 
 def main(argv: list[str] | None = None) -> int:
     """Print the status counts of every battery backend per dtype (``--margins``: and the largest ratios of
-    :func:`margins`); exit 1 on any fail or error."""
-    from pldr_ref.harness.suite_loading import load_suite, suite_root
-    from pldr_ref.harness.validate import FAILING_STATUSES
+    :func:`margins`); exit 1 on any fail or error, 2 on bad input (:mod:`pldr_ref.tool_cli`)."""
+    from pldr_ref.tool_cli import add_suite_arguments, run_tool, tool_parser
 
-    p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.battery", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = tool_parser("python -m pldr_ref.harness.battery", __doc__)
     p.add_argument("--dtype", action="append", default=None, choices=BATTERY_DTYPES)
-    p.add_argument("--suite-dir", "--suite", dest="suite", default="default")
+    add_suite_arguments(p)
     p.add_argument("--no-torch", action="store_true", help="leave the torch backends out")
     p.add_argument("--backend", action="append", default=None, metavar="NAME",
                    help="only the battery backend(s) of this name (e.g. emulated-reordered-sums, torch)")
@@ -181,19 +179,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--margins", action="store_true",
                    help="add two columns: the largest relative RMS error / (w rho) and max error / (w x max "
                         "statistic) over the judged outputs, with where they occur (docs/tolerances.md)")
-    args = p.parse_args(argv)
+    return run_tool(p, argv, _run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The body of :func:`main`: inputs checked first (suite, --case, --backend), then the runs."""
+    from pldr_ref.harness.calibration_store import loaded_store
+    from pldr_ref.harness.validate import FAILING_STATUSES
+    from pldr_ref.tool_cli import load_selected_suite, suite_selection
+
     dtypes = args.dtype or list(BATTERY_DTYPES)
-    cases = load_suite(suite_root(args.suite), None, None)
+    cases = load_selected_suite(*suite_selection(args, "python -m pldr_ref.harness.battery"))
     if args.case:
         unknown = sorted(set(args.case) - {c.name for c in cases})
         if unknown:
-            p.error(f"no such case: {', '.join(unknown)}")
+            raise ValueError(f"--case: no such case: {', '.join(unknown)}")
         cases = [c for c in cases if c.name in args.case]
+    loaded_store()  # a malformed calibration store: one error now, not one per case
     backends = battery(include_torch=not args.no_torch)
     if args.backend:
         unknown = sorted(set(args.backend) - {b.name for b in backends})
         if unknown:
-            p.error(f"no such battery backend: {', '.join(unknown)} (known: {', '.join(b.name for b in backends)})")
+            raise ValueError(f"--backend: no such battery backend: {', '.join(unknown)} (known: "
+                             f"{', '.join(b.name for b in backends)})")
         backends = [b for b in backends if b.name in args.backend]
     bad = 0
     extra = " max RMS / rho | max error / max statistic |" if args.margins else ""

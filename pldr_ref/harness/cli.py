@@ -11,7 +11,7 @@ was judged, when the suite's integrity cannot be checked (no MANIFEST.json, case
 from disk, modified files) or the backend declares kinds the harness does not know -- the reason is
 printed, and the table, JSON and JUnit reports are written in every one of these cases; 2 for a
 usage problem (bad backend name, a backend whose import, constructor or capabilities() raises, unknown
-dtype, missing suite folder, nothing selected, a bad -k pattern, --timeout not a finite number from 0 to 1e6, an
+dtype, missing suite folder, nothing selected, a bad -k pattern, --timeout not a finite number from 0 to 1000000, an
 output path that cannot be written or that is an input or another output -- checked before the run); 130 after
 Ctrl-C (reports still written, atomically).  ``--suite NAME`` is the case set (default, full; its cases missing
 from the folder are a problem), ``--suite-dir DIR`` the folder; ``--suite DIR`` still works, deprecated.
@@ -59,7 +59,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--junit", default=None, metavar="OUT.xml", help="write JUnit XML here")
     p.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help=f"per-case time limit for the backend's calls (default {DEFAULT_TIMEOUT_S:g}; 0 = none; "
-                        f"at most {MAX_SECONDS:g})")
+                        f"at most {MAX_SECONDS:.0f})")
     p.add_argument("--no-isolation", action="store_true", help="skip stage isolation (end-to-end comparison only)")
     p.add_argument("--timing", action="store_true", help="record per-case durations (reports stop being "
                                                           "byte-identical between runs)")

@@ -222,45 +222,68 @@ def plot(runs: dict[tuple[str, str], dict[str, Any]], path: str) -> None:
     ax.set_title("Real engines: worst margin per stage over the golden suite")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    import io
+
+    from pldr_ref.output_paths import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=110, format="png", metadata={"Software": None})
     plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+#: Engines ``--engines`` accepts.
+ENGINES = tuple(e for e, _, _ in ENGINE_RUNS)
+#: Largest ``--jobs``.
+MAX_JOBS = 256
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run every engine x dtype (and the injected bugs) and write the report."""
-    import json
-    import tempfile
+    from pldr_ref.tool_cli import choice_list, positive_int, run_tool, seconds, tool_parser
 
-    p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.engine_report", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = tool_parser("python -m pldr_ref.harness.engine_report", __doc__)
     p.add_argument("--markdown", default=None, metavar="OUT.md", help="write the report here (default: stdout)")
     p.add_argument("--figure", default=None, metavar="OUT.png", help="write the margins figure here")
-    p.add_argument("--engines", default="jax,onnx,triton,torch", help="comma-separated engines to run")
+    p.add_argument("--engines", type=choice_list(ENGINES), default=ENGINES, metavar="LIST",
+                   help=f"comma-separated engines to run, of {','.join(ENGINES)} (default: all)")
     p.add_argument("--no-mutations", action="store_true", help="skip the injected-bug table")
-    p.add_argument("--jobs", type=int, default=8, help="tasks run side by side (processes; default 8)")
-    p.add_argument("--case-timeout", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--jobs", type=positive_int(MAX_JOBS), default=8,
+                   help=f"tasks run side by side (processes; 1 to {MAX_JOBS}, default 8)")
+    p.add_argument("--case-timeout", type=seconds, default=None, metavar="SECONDS",
                    help="per-case time limit of every engine (default: pldr-ref validate's, 600 s; 0 = none); "
                         "Triton's CPU interpreter needs more for the 1024-key rows on a loaded machine")
     p.add_argument("--task", default=None, help=argparse.SUPPRESS)  # one unit of work, run by a worker process
     p.add_argument("--task-out", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return run_tool(p, argv, lambda args: _run(args, argv))
+
+
+def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """The body of :func:`main`: outputs checked, then the tasks."""
+    import json
+    import tempfile
+
+    from pldr_ref.output_paths import FILE, atomic_write_text, check_command_paths
+
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (inherited by the workers)
+    os.environ.setdefault("PLDR_REF_TORCH_THREADS", "1")
+    if args.task:
+        atomic_write_text(args.task_out, json.dumps(run_task(args.task)))
+        return 0
+    check_command_paths([("--markdown", args.markdown, FILE), ("--figure", args.figure, FILE)])
     if args.figure:  # fail before the long run, not after it
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            p.error("--figure needs matplotlib (pip install 'pldr-ref[plots]')")
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (inherited by the workers)
-    os.environ.setdefault("PLDR_REF_TORCH_THREADS", "1")
-    if args.task:
-        Path(args.task_out).write_text(json.dumps(run_task(args.task)), encoding="utf-8")
-        return 0
-    wanted = args.engines.split(",")
+            raise ValueError("--figure needs matplotlib (pip install 'pldr-ref[plots]')") from None
+    from pldr_ref.harness.calibration_store import loaded_store
+
+    loaded_store()  # a malformed calibration store: one error now, not in every task
+    wanted = args.engines
     order = [(engine, dtype) for engine, _, dtypes in ENGINE_RUNS if engine in wanted for dtype in dtypes]
     from pldr_ref.harness.engine_mutants import ENGINE_MUTATIONS
 
     bugs = [] if args.no_mutations else [f"mutants:{m.engine}:{m.bug}" for m in ENGINE_MUTATIONS if m.engine in wanted]
-    if args.case_timeout is not None and args.case_timeout < 0:
-        p.error("--case-timeout must be >= 0")
     suffix = "" if args.case_timeout is None else f":{args.case_timeout:g}"
     run_names = {(e, d): f"run:{e}:{d}{suffix}" for e, d in order}
     tasks = list(run_names.values()) + bugs
@@ -284,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m pldr_ref.harness.engine_report " + " ".join(shown)
     text = markdown(runs, mutations, figure_ref, command.strip(), args.jobs, args.case_timeout)
     if args.markdown:
-        Path(args.markdown).write_text(text, encoding="utf-8")
+        atomic_write_text(args.markdown, text)
     else:
         print(text)
     return 0

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -161,11 +160,9 @@ def fingerprint() -> str:
 def _store() -> dict[str, Any]:
     global _STORE
     if _STORE is None:
-        _STORE = {}
-        if CACHE_FILE.is_file():
-            doc = json.loads(CACHE_FILE.read_text(encoding="utf-8"))
-            if doc.get("fingerprint") == fingerprint():
-                _STORE = doc["cases"]
+        from pldr_ref.harness.calibration_store import load_store_cases  # checked: names the file if malformed
+
+        _STORE = load_store_cases(CACHE_FILE, fingerprint())
     return _STORE
 
 

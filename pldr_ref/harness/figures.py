@@ -13,11 +13,17 @@ backend sits below the bar, a wrong one above it; the gaps are the margins.  Nee
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from pldr_ref.output_paths import atomic_write_bytes
+
+#: Dtypes with a figure.
+FIGURE_DTYPES = ("float32", "bfloat16", "float16")
 
 #: Mutants drawn in the figure (torch mutants whose bug reaches the primary output).
 FIGURE_MUTANTS = ("NoScaleMutant", "UnbiasedVarianceLayerNormMutant", "RopeLayoutMutant", "MaskOffByOneMutant",
@@ -108,28 +114,46 @@ def draw(rows: list[dict[str, Any]], dtype: str, path: Path) -> None:
     ax.set_title(f"{dtype}: calibration ensemble, allowance, correct battery and wrong backends")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=110, format="png")
     plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Write ``margins_<dtype>.png`` for every dtype into ``--out``."""
-    from pldr_ref.harness.suite_loading import load_suite, suite_root
+    """Write ``margins_<dtype>.png`` for every dtype into ``--out`` (paths checked before any work)."""
+    from pldr_ref.tool_cli import add_suite_arguments, run_tool, tool_parser
 
-    p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.figures", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="docs")
-    p.add_argument("--dtype", action="append", default=None)
-    p.add_argument("--suite-dir", "--suite", dest="suite", default="default")
+    p = tool_parser("python -m pldr_ref.harness.figures", __doc__)
+    p.add_argument("--out", default="docs", metavar="DIR",
+                   help="existing folder the PNGs are written into (default: docs)")
+    p.add_argument("--dtype", action="append", default=None, choices=FIGURE_DTYPES)
+    add_suite_arguments(p)
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--members", action="store_true", help="run every member (slow) instead of the stored statistic")
-    args = p.parse_args(argv)
-    cases = [c for c in load_suite(suite_root(args.suite), None, None) if primary_name(c) is not None]
-    for dtype in args.dtype or ["float32", "bfloat16", "float16"]:
+    return run_tool(p, argv, _run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The body of :func:`main`."""
+    from pldr_ref.harness.calibration_store import loaded_store
+    from pldr_ref.output_paths import FILE, INPUT_FOLDER, check_command_paths
+    from pldr_ref.tool_cli import load_selected_suite, suite_selection
+
+    dtypes = list(dict.fromkeys(args.dtype or FIGURE_DTYPES))
+    root, names = suite_selection(args, "python -m pldr_ref.harness.figures")
+    paths = {dtype: Path(args.out) / f"margins_{dtype}.png" for dtype in dtypes}
+    check_command_paths([("--out", path, FILE) for path in paths.values()], [("--suite-dir", root, INPUT_FOLDER)])
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ValueError("the figures need matplotlib (pip install 'pldr-ref[plots]')") from None
+    cases = [c for c in load_selected_suite(root, names) if primary_name(c) is not None]
+    loaded_store()
+    for dtype in dtypes:
         rows = collect(cases, dtype, with_torch=not args.no_torch, members=args.members)
-        path = Path(args.out) / f"margins_{dtype}.png"
-        draw(rows, dtype, path)
-        print(f"wrote {path}")
+        draw(rows, dtype, paths[dtype])
+        print(f"wrote {paths[dtype]}")
     return 0
 
 

@@ -116,15 +116,23 @@ def table(rows: list[PowerRow]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the verdict-power table (and the cases behind the misses)."""
-    from pldr_ref.harness.suite_loading import load_suite, suite_root
+    from pldr_ref.tool_cli import add_suite_arguments, run_tool, tool_parser
 
-    p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.verdict_power", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = tool_parser("python -m pldr_ref.harness.verdict_power", __doc__)
     p.add_argument("--dtype", action="append", default=None, choices=[d for d in DTYPES if d != "float64"])
-    p.add_argument("--suite-dir", "--suite", dest="suite", default="default")
-    args = p.parse_args(argv)
+    add_suite_arguments(p)
+    return run_tool(p, argv, _run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The body of :func:`main`."""
+    from pldr_ref.harness.calibration_store import loaded_store
+    from pldr_ref.tool_cli import load_selected_suite, suite_selection
+
     dtypes = args.dtype or ["float32", "bfloat16", "float16"]
-    rows = measure(load_suite(suite_root(args.suite), None, None), dtypes)
+    cases = load_selected_suite(*suite_selection(args, "python -m pldr_ref.harness.verdict_power"))
+    loaded_store()
+    rows = measure(cases, dtypes)
     print(table(rows))
     for r in rows:
         if r.not_judgeable:
