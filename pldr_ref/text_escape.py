@@ -21,9 +21,16 @@ _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 _UNSAFE_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 
 
+#: Characters with a short escape.
+_SHORT = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def _escape_char(match: re.Match[str]) -> str:
-    """``\\xHH`` below U+0100, else ``\\uHHHH``."""
-    code = ord(match.group())
+    """``\\n``, ``\\t``, ``\\r``; else ``\\xHH`` below U+0100, else ``\\uHHHH``."""
+    char = match.group()
+    if char in _SHORT:
+        return _SHORT[char]
+    code = ord(char)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 

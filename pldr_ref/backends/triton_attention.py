@@ -204,8 +204,10 @@ class TritonAttentionBackend(TorchBackend):
     def __init__(self, device: str | None = None, num_threads: int | None = None) -> None:
         import os
 
+        from pldr_ref.env_vars import read_env
+
         interpret = os.environ.get("TRITON_INTERPRET") == "1"
-        if device is None and not os.environ.get("PLDR_REF_TORCH_DEVICE"):
+        if device is None and not read_env("PLDR_REF_TORCH_DEVICE"):
             device = "cpu" if interpret else "cuda"
         super().__init__(device=device, num_threads=num_threads)
         if self.device.type == "cpu" and not interpret:
