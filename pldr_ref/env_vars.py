@@ -41,6 +41,8 @@ class EnvVar:
     name: str
     expected: str
     parse: Callable[[str], Any]
+    #: An empty value counts as unset (else it is parsed, and refused by a parser that needs a value).
+    empty_is_unset: bool = True
 
 
 def parse_byte_count(raw: str) -> int | None:
@@ -83,20 +85,21 @@ def parse_flag(raw: str) -> bool:
 #: Every environment variable pldr-ref reads.
 ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("PLDR_REF_MEMORY_BUDGET", "a positive byte count (e.g. 64G, 500M, 1e11) or 'none'", parse_byte_count),
-    EnvVar("PLDR_REF_THREADS", f"a positive integer (1 to {MAX_THREADS})", parse_thread_count),
+    EnvVar("PLDR_REF_THREADS", f"a positive integer (1 to {MAX_THREADS})", parse_thread_count, empty_is_unset=False),
     EnvVar("PLDR_REF_TORCH_THREADS", f"a positive integer (1 to {MAX_THREADS})", parse_thread_count),
     EnvVar("PLDR_REF_ORT_THREADS", f"a positive integer (1 to {MAX_THREADS})", parse_thread_count),
     EnvVar("PLDR_REF_TORCH_DEVICE", "a torch device name such as cpu, cuda or cuda:1", parse_device),
-    EnvVar("PLDR_REF_TRACEBACK", "1 (show tracebacks), 0 or empty", parse_flag),
+    EnvVar("PLDR_REF_TRACEBACK", "1 (show tracebacks), 0 or empty", parse_flag, empty_is_unset=False),
 )}
 
 
 def read_env(name: str, default: Any = None) -> Any:
     """The parsed value of the environment variable ``name`` (one of :data:`ENV_VARS`), ``default`` when it is
-    unset (or, except for the flag, empty).  A value its parser refuses is an :class:`EnvVarError` naming it."""
+    unset (or empty, where :attr:`EnvVar.empty_is_unset`).  A value its parser refuses is an :class:`EnvVarError`
+    naming it."""
     var = ENV_VARS[name]
     raw = os.environ.get(name)
-    if raw is None or (not raw.strip() and var.parse is not parse_flag):
+    if raw is None or (not raw.strip() and var.empty_is_unset):
         return default
     try:
         return var.parse(raw)

@@ -223,3 +223,11 @@ def load_selected_suite(root: Path, names: frozenset[str] | None) -> list:
                          + (" ..." if len(gone) > 5 else "") + " (build them with `pldr-ref golden build --suite "
                          "full --out DIR --only NAME`)")
     return [c for c in cases if c.name in names]
+
+
+def loaded_store() -> dict:
+    """The calibration store as the harness uses it (:mod:`pldr_ref.harness.ensemble`), loaded now: a tool calls
+    this before its run so that a malformed store is one error naming the file, not an error in every case."""
+    from pldr_ref.harness import ensemble
+
+    return ensemble._store()

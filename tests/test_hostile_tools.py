@@ -216,9 +216,11 @@ def test_a_broken_store_is_one_error_naming_the_file(kind: str, store_copy: Path
         calibration_store.read_document(store_copy)
     assert str(store_copy) in str(info.value)
     # through a command: one line naming the file, exit 2, no case run
-    code, _, err = run_main(verdict_power.main, ["--dtype", "float32", "--suite-dir", tiny], capsys)
-    line = one_error_line(err)
-    assert code == 2 and str(store_copy) in line and word in line
+    for cli, argv in ((verdict_power.main, ["--dtype", "float32", "--suite-dir", tiny]),
+                      (pldr_ref_main, ["validate", "--backend", REF, "--suite-dir", tiny, "--quiet"])):
+        code, _, err = run_main(cli, argv, capsys)
+        line = one_error_line(err)
+        assert code == 2 and str(store_copy) in line and word in line
 
 
 def test_the_committed_store_passes_the_check_negative_control(store_copy: Path) -> None:

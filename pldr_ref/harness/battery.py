@@ -184,9 +184,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """The body of :func:`main`: inputs checked first (suite, --case, --backend), then the runs."""
-    from pldr_ref.harness.calibration_store import loaded_store
     from pldr_ref.harness.validate import FAILING_STATUSES
-    from pldr_ref.tool_cli import load_selected_suite, suite_selection
+    from pldr_ref.tool_cli import load_selected_suite, loaded_store, suite_selection
 
     dtypes = args.dtype or list(BATTERY_DTYPES)
     cases = load_selected_suite(*suite_selection(args, "python -m pldr_ref.harness.battery"))

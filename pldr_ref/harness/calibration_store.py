@@ -160,10 +160,3 @@ def dumps_store(fingerprint: str, cases: dict[str, Any]) -> str:
         raise CalibrationStoreError(f"refusing to write a malformed calibration store: {'; '.join(problems[:3])}")
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
 
-
-def loaded_store() -> dict[str, Any]:
-    """The committed store as the harness uses it (:mod:`pldr_ref.harness.ensemble`), loaded now: commands call
-    this before their run so that a malformed store is one error, not an error in every case."""
-    from pldr_ref.harness import ensemble
-
-    return ensemble._store()

@@ -34,7 +34,7 @@ from pldr_ref.harness.suite_loading import (  # load_suite: kept importable from
 )
 from pldr_ref.output_paths import atomic_write_text
 from pldr_ref.text_escape import escape_text
-from pldr_ref.tool_cli import MAX_SECONDS, add_suite_arguments, seconds, suite_selection
+from pldr_ref.tool_cli import MAX_SECONDS, add_suite_arguments, loaded_store, seconds, suite_selection
 
 #: Exit status after Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 130
@@ -149,6 +149,7 @@ def main(args: argparse.Namespace) -> int:
         dtypes = parse_dtypes(args.dtype, backend.capabilities().dtypes)
         root, names = suite_selection(args, "pldr-ref validate")
         cases, problems = load_suite_checked(root, args.group, args.pattern)
+        loaded_store()  # a malformed calibration store: one error naming the file, not an error in every case
     except ValueError as exc:
         print(f"pldr-ref validate: error: {escape_text(exc, one_line=True)}", file=sys.stderr)
         return 2

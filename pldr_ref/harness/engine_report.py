@@ -276,7 +276,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             raise ValueError("--figure needs matplotlib (pip install 'pldr-ref[plots]')") from None
-    from pldr_ref.harness.calibration_store import loaded_store
+    from pldr_ref.tool_cli import loaded_store
 
     loaded_store()  # a malformed calibration store: one error now, not in every task
     wanted = args.engines

@@ -136,9 +136,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """The body of :func:`main`."""
-    from pldr_ref.harness.calibration_store import loaded_store
     from pldr_ref.output_paths import FILE, INPUT_FOLDER, check_command_paths
-    from pldr_ref.tool_cli import load_selected_suite, suite_selection
+    from pldr_ref.tool_cli import load_selected_suite, loaded_store, suite_selection
 
     dtypes = list(dict.fromkeys(args.dtype or FIGURE_DTYPES))
     root, names = suite_selection(args, "python -m pldr_ref.harness.figures")

@@ -126,8 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """The body of :func:`main`."""
-    from pldr_ref.harness.calibration_store import loaded_store
-    from pldr_ref.tool_cli import load_selected_suite, suite_selection
+    from pldr_ref.tool_cli import load_selected_suite, loaded_store, suite_selection
 
     dtypes = args.dtype or ["float32", "bfloat16", "float16"]
     cases = load_selected_suite(*suite_selection(args, "python -m pldr_ref.harness.verdict_power"))
