@@ -16,12 +16,21 @@ from hostile_support import REF, make_suite, one_error_line, run_main
 
 from pldr_ref.cli import main as pldr_ref_main
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR
-from pldr_ref.harness import battery, calibration, calibration_store, engine_report, ensemble, figures, verdict_power
+from pldr_ref.harness import (
+    battery,
+    calibration,
+    calibration_store,
+    engine_report,
+    ensemble,
+    figures,
+    mutants,
+    verdict_power,
+)
 from pldr_ref.tool_cli import MAX_SECONDS
 
 GOLDEN = str(DEFAULT_GOLDEN_DIR)
 TOOLS = {"battery": battery.main, "verdict_power": verdict_power.main, "figures": figures.main,
-         "engine_report": engine_report.main, "calibration": calibration.main}
+         "engine_report": engine_report.main, "calibration": calibration.main, "mutants": mutants.main}
 
 
 @pytest.fixture
@@ -42,7 +51,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return run
 
     for mod, attr in ((battery, "run_battery"), (verdict_power, "measure"), (figures, "collect"),
-                      (engine_report, "run_tasks"), (calibration, "write_store")):
+                      (engine_report, "run_tasks"), (calibration, "write_store"), (mutants, "run_mutations")):
         monkeypatch.setattr(mod, attr, refuse(f"{mod.__name__}.{attr}"))
     return started
 
@@ -75,6 +84,8 @@ FAILURES = [
     ("calibration", "--write --out {s}/MANIFEST.json --suite-dir {s}", "inside --suite-dir"),
     ("calibration", "--write --out {t}/c.json --merge {t}/c.json --suite-dir {s}", "input --merge"),
     ("calibration", "--out {t}/c.json", "go with --write"),
+    ("mutants", "--markdown {g}/mutations.md", "committed golden suite"),
+    ("mutants", "--dtype float99", "invalid choice"),
 ]
 
 

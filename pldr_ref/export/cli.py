@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pldr_ref.text_escape import escape_text
+
 
 def register(subparsers: Any) -> None:
     """Add ``export`` with its ``onnx`` subcommand."""
@@ -76,7 +78,7 @@ def export_onnx(args: argparse.Namespace) -> int:
 
         model = export_model(params.config, params, args.dtype)
     except (ValueError, ImportError) as exc:
-        print(f"pldr-ref export onnx: {exc}", file=sys.stderr)
+        print(f"pldr-ref export onnx: error: {escape_text(exc, one_line=True)}", file=sys.stderr)
         return 2
     from pldr_ref.output_paths import atomic_write_bytes
 

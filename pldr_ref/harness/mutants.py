@@ -549,18 +549,31 @@ def markdown(outcomes: list[MutationOutcome]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: print (or write with --markdown) the mutation report; exit 1 unless every mutant is caught."""
-    p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.mutants", description=__doc__)
-    p.add_argument("--markdown", default=None, metavar="PATH", help="write the report to PATH")
-    p.add_argument("--suite", default=None, metavar="DIR", help="golden folder (default: the committed golden/)")
-    p.add_argument("--dtype", default=None, help="run every mutant in this dtype instead of its own (exploration: "
-                                                 "the exit status then ignores the expected stages)")
-    args = p.parse_args(argv)
-    from pathlib import Path
+    from pldr_ref.harness.protocol import DTYPES
+    from pldr_ref.tool_cli import add_suite_arguments, run_tool, tool_parser
 
-    outcomes = run_mutations(None if args.suite is None else Path(args.suite), dtype=args.dtype, dtypes=TABLE_DTYPES)
+    p = tool_parser("python -m pldr_ref.harness.mutants", __doc__)
+    p.add_argument("--markdown", default=None, metavar="PATH", help="write the report to PATH")
+    add_suite_arguments(p)
+    p.add_argument("--dtype", default=None, choices=DTYPES,
+                   help="run every mutant in this dtype instead of its own (exploration: the exit status then "
+                        "ignores the expected stages)")
+    return run_tool(p, argv, _run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The body of :func:`main`: the output path checked first."""
+    from pldr_ref.output_paths import FILE, INPUT_FOLDER, atomic_write_text, check_command_paths
+    from pldr_ref.tool_cli import suite_selection
+
+    root, names = suite_selection(args, "python -m pldr_ref.harness.mutants")
+    if names is not None:
+        raise ValueError("--suite NAME: the mutation table runs its own cases; give the folder with --suite-dir")
+    check_command_paths([("--markdown", args.markdown, FILE)], [("--suite-dir", root, INPUT_FOLDER)])
+    outcomes = run_mutations(root, dtype=args.dtype, dtypes=TABLE_DTYPES)
     text = markdown(outcomes)
     if args.markdown:
-        Path(args.markdown).write_text(text, encoding="utf-8")
+        atomic_write_text(args.markdown, text)
     else:
         sys.stdout.write(text)
     return 0 if args.dtype is not None or all(o.ok for o in outcomes) else 1
