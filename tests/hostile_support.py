@@ -24,6 +24,12 @@ def make_suite(root: Path, cases: Sequence[str] = ("op/linear",)) -> Path:
     return root
 
 
+def tree_stat(root: Path) -> list[tuple[str, int, int]]:
+    """(relative path, size, mtime in ns) of every file under ``root``: a cheap "nothing was written here" check."""
+    return [(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))
+            if p.is_file()]
+
+
 def run_main(main: Callable[[list[str]], int], argv: Sequence[str],
              capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of ``main(argv)`` in-process (argparse's SystemExit turned into its code)."""
