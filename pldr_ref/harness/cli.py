@@ -163,7 +163,7 @@ def main(args: argparse.Namespace) -> int:
     interrupted = False
     with Progress(len(cases) * len(dtypes), "validate", enabled=not args.quiet) as bar:
         def progress(r: Any) -> None:
-            bar.advance(f"{r.status.upper()} {r.dtype} {r.case}")
+            bar.advance(escape_text(f"{r.status.upper()} {r.dtype} {r.case}", one_line=True))
 
         try:
             results = validate(backend, cases, dtypes, isolate=not args.no_isolation, timing=args.timing,
