@@ -56,6 +56,12 @@ flag convention (the same name means the same thing in every subcommand):
   --out PATH        what the command writes (golden build: refuses the committed golden/ without --overwrite)
   --quiet           no progress display (progress goes to stderr: a bar on a terminal, plain lines otherwise)
 
+errors: one `pldr-ref SUBCOMMAND: error: ...` line and exit status 2 (PLDR_REF_TRACEBACK=1: a traceback); Ctrl-C
+exits 130; environment variables and output paths are checked before any work (an output may not lie in the
+committed golden/ or the pldr_ref package, nor be an input or another output); outputs are written atomically.
+The module tools (python -m pldr_ref.harness.battery, verdict_power, figures, engine_report, calibration, mutants)
+follow the same conventions (pldr_ref/tool_cli.py).
+
 run `pldr-ref SUBCOMMAND --help` for the options of one subcommand."""
 
 
