@@ -243,4 +243,8 @@ def test_a_broken_store_stops_a_command_in_one_line(kind: str, store_copy: Path,
 def test_the_committed_store_passes_the_check_negative_control(store_copy: Path) -> None:
     doc = calibration_store.read_document(ensemble.CACHE_FILE)
     assert calibration_store.check_document(doc) == []
+    for good in (None, "absent", [0.5, 0.0, 3], [[1e-3, 2.0], [0.1]], {"all": [1.0], "tile=8": [0.5, 2]}):
+        assert calibration_store.entry_problem(good) is None, good
+    for bad in ([], {}, [float("inf")], {"all": [-1.0]}, True, "Not A Marker!"):
+        assert calibration_store.entry_problem(bad), bad
     assert len(ensemble._store()) == len(doc["cases"]) > 100

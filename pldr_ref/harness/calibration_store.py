@@ -19,6 +19,7 @@ The store (committed as ``pldr_ref/harness/calibration.json``, written by ``pyth
           | "<word>"                   # a marker such as "absent" (the output does not exist in that dtype)
           | [NUMBER, ...]              # the statistics: finite, non-negative (today max_abs, rms_rel, |offset|,
                                        # |gain|, n); nested lists of such numbers are accepted (per-group values)
+          | {"<label>": ENTRY, ...}    # named sub-entries (e.g. statistics per choice group)
 
 :func:`check_document` checks exactly this structure; a new kind of entry is one more branch of
 :func:`entry_problem`.  :func:`load_store_cases` reads a file and raises :class:`CalibrationStoreError` naming the
@@ -69,7 +70,15 @@ def entry_problem(value: Any) -> str | None:
             elif not math.isfinite(x) or x < 0:
                 return f"{x!r} is not a finite non-negative number"
         return None
-    return f"a {type(value).__name__}, expected null, a marker word or a list of numbers"
+    if isinstance(value, dict):
+        if not value:
+            return "an empty object"
+        for label, sub in value.items():
+            inner = entry_problem(sub)
+            if inner:
+                return f"{label}: {inner}"
+        return None
+    return f"a {type(value).__name__}, expected null, a marker word, a list of numbers or an object of entries"
 
 
 def check_document(doc: Any) -> list[str]:
