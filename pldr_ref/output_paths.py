@@ -178,8 +178,9 @@ def check_command_paths(outputs: list[tuple[str, str | os.PathLike[str] | None, 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` atomically: a temporary file in the same folder, flushed and fsync'ed, then
     ``os.replace``; on any failure (a full disk, Ctrl-C) the temporary file is removed and ``path`` keeps its
-    earlier content.  The new file gets the usual mode (0666 less the umask)."""
-    target = Path(path)
+    earlier content.  The new file gets the usual mode (0666 less the umask); a symlink is followed (its target is
+    replaced, the link kept)."""
+    target = Path(os.path.realpath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.absolute().parent)
     try:
         with os.fdopen(fd, "wb") as fh:
