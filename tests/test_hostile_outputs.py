@@ -312,3 +312,16 @@ def test_every_reader_restores_a_suite_a_kill_left_aside(tmp_path: Path, monkeyp
         assert file_tree(root) == before  # the previous suite, byte-identical, where it was
     else:
         assert code == 2 and "does not exist" in one_error_line(err)
+
+
+def test_atomic_write_follows_a_symlinked_output(tmp_path: Path) -> None:
+    """The report behind a symlink is replaced, the link kept (a bare os.replace would replace the link: the
+    negative control)."""
+    (tmp_path / "real.json").write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "real.json")
+    output_paths.atomic_write_text(link, "new")
+    assert link.is_symlink() and (tmp_path / "real.json").read_text() == "new"
+    (tmp_path / "tmp").write_text("newer")
+    os.replace(tmp_path / "tmp", link)
+    assert not link.is_symlink() and (tmp_path / "real.json").read_text() == "new"
