@@ -32,10 +32,10 @@ TOOLS = {"battery": battery.main, "verdict_power": verdict_power.main, "figures"
          "engine_report": engine_report.main, "calibration": calibration.main, "mutants": mutants.main}
 
 
-@pytest.fixture
-def tiny(tmp_path: Path) -> Path:
-    """A suite of one op case and one forward case."""
-    return make_suite(tmp_path / "tiny", ("op/linear", "model/tiny_identity_g_short"))
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A suite of one op case and one forward case (read only: shared by the tests of this file)."""
+    return make_suite(tmp_path_factory.mktemp("suite") / "tiny", ("op/linear", "model/tiny_identity_g_short"))
 
 
 @pytest.fixture
