@@ -21,7 +21,7 @@ from pldr_ref.exact.ops import affine, causal_padding_mask, layer_norm
 from pldr_ref.exact.params import exact_tree
 from pldr_ref.exact.rope import RopeTables
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
-from pldr_ref.model import resolve_pad_masking, validate_position_ids
+from pldr_ref.model import check_rope_table_input, resolve_pad_masking, validate_position_ids
 from pldr_ref.params import Params
 from pldr_ref.rope import RopeTable
 
@@ -101,9 +101,14 @@ def forward(params: Params, token_ids: Any, *, dps: int = 50, start_pos: int = 0
     ``engine="arb"`` evaluates the same map in certified ball arithmetic instead
     (:func:`pldr_ref.exact.arb.forward`; ``dps`` and ``guard`` do not apply: every value carries a
     certificate, and ``pldr_ref.exact.arb.UncertifiedError`` reports one that stays undecided).
+    ``rope_table`` is refused unless ``config.rope_table == "explicit"`` (and required then), as in
+    :func:`pldr_ref.model.forward`.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if not isinstance(params, Params):
+        raise TypeError(f"params must be a pldr_ref.Params, got {type(params).__name__}")
+    check_rope_table_input(params.config, rope_table)  # a table the config does not use is refused, as in float64
     if engine == "arb":
         from pldr_ref.exact.arb import forward as arb_forward
 
