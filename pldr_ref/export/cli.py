@@ -105,10 +105,15 @@ def validation_backend(args: argparse.Namespace) -> Any:
     path = Path(args.onnx)
     if not path.is_file():
         raise ValueError(f"--onnx {path}: no such file")
+    from pldr_ref.backends.onnx_loading import ModelFileError
+    from pldr_ref.memory_budget import MemoryBudgetError
+
     try:
         backend = OnnxFileBackend(str(path))
     except ImportError as exc:
         raise ValueError(str(exc)) from exc
+    except (ModelFileError, MemoryBudgetError) as exc:  # refused before loading; the message names the file
+        raise ValueError(f"--onnx {exc}") from exc
     except Exception as exc:  # onnx / onnxruntime raise their own error types for a malformed file
         raise ValueError(f"--onnx {path} cannot be loaded: {exc}") from exc
     args.backend = f"onnx:{path}"

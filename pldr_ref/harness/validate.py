@@ -38,6 +38,7 @@ from pldr_ref.harness.localize import (
     read_only,
     unrepresentable_stage,
 )
+from pldr_ref.harness.output_types import checked_outputs
 from pldr_ref.harness.protocol import CaseTimeout, Unsupported, primary_outputs, unsupported_reason
 from pldr_ref.harness.representable import representable_part
 from pldr_ref.harness.tolerance import RULE_NOT_JUDGEABLE, Allowance, case_baselines, output_allowance
@@ -315,6 +316,7 @@ def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, 
             produced = backend.run_case(seen, dtype)
             if not isinstance(produced, Mapping):
                 return done("error", f"run_case returned {type(produced).__name__}, expected a dict of arrays")
+            produced = checked_outputs(case.outputs, produced)  # OutputTypeError: an error verdict naming them
             outputs = compare_outputs(backend, case, dtype, produced)
             if isolate:
                 stages = isolate_stages(backend, seen, dtype)
