@@ -38,6 +38,7 @@ from pldr_ref.harness.validate import validate_case  # noqa: E402
 from pldr_ref.memory_budget import MemoryBudgetError  # noqa: E402
 
 TINY = "model/tiny_exact"
+PADDED = "model/tiny_padded_exact"
 TRUE = np.array([1.0, 2.0, 3.0], dtype=np.float32)
 DECOY = np.array([-7.0, -8.0, -9.0], dtype=np.float32)
 
@@ -201,21 +202,23 @@ BF16_CASE = "model/tiny_identity_g_short"
 
 
 def test_a_correct_bfloat16_model_passes_and_a_wrong_one_fails(tmp_path: Path) -> None:
+    from pldr_ref.backends.onnx_backend import OnnxFileBackend
+
     f32 = tmp_path / "f32.onnx"
     assert main(["export", "onnx", "--case", BF16_CASE, "--out", str(f32)]) == 0
     bf = tmp_path / "bf16.onnx"
     onnx.save(bfloat16_outputs(onnx.load(str(f32))), str(bf))
-    pattern = f"^{BF16_CASE}$"
-    code, report = run_validate(["--onnx", str(bf), "-k", pattern], tmp_path)
-    (r,) = report["results"]
-    assert r["dtype"] == "bfloat16" and r["status"] == "pass" and code == 0, r
+    case = load_case(DEFAULT_GOLDEN_DIR / BF16_CASE)
+    backend = OnnxFileBackend(str(bf))
+    assert backend.capabilities().dtypes == ("bfloat16",)
+    r = validate_case(backend, case, "bfloat16")
+    assert r.status == "pass", r.reason
     # negative control: the same model with one node's softmax axis edited fails at masked_softmax
     wrong = onnx.load(str(f32))
     next(n for n in wrong.graph.node if n.op_type == "Softmax").attribute[0].i = -2
     onnx.save(bfloat16_outputs(wrong), str(bf))
-    code, report = run_validate(["--onnx", str(bf), "-k", pattern], tmp_path)
-    (r,) = report["results"]
-    assert code == 1 and r["status"] == "fail" and r["first_failure"]["stage"] == "masked_softmax", r
+    r = validate_case(OnnxFileBackend(str(bf)), case, "bfloat16")
+    assert r.status == "fail" and r.first_failure["stage"] == "masked_softmax", r.reason
 
 
 # ----------------------------------------------------------------------------- cause 12: output types
@@ -281,3 +284,108 @@ def test_an_onnx_model_with_a_string_trace_output_is_an_error(exported: Path, tm
     assert r.status == "error" and "embed: dtype object for a float entry" in r.reason, r.reason
     ok = validate_case(OnnxFileBackend(str(exported)), case, "float32", isolate=False)  # negative control
     assert ok.status == "pass", ok.reason
+
+
+# ----------------------------------------------------------------------------- cause 1: a limit for any engine
+def endless_when_padded(src: Path, dst: Path) -> None:
+    """``src`` with an ONNX ``Loop`` feeding the logits (times 0) that never ends when the attention mask has
+    padding (no trip count, a condition that stays true) and runs zero times otherwise."""
+    m = onnx.load(str(src))
+    one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
+        "body",
+        [helper.make_tensor_value_info("iter", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [])], initializer=[one])
+    m.graph.initializer.append(helper.make_tensor("loop_zero", TensorProto.FLOAT, [], [0.0]))
+    for n in m.graph.node:
+        n.output[:] = ["logits__in" if v == "logits" else v for v in n.output]
+    m.graph.node.extend([
+        helper.make_node("ReduceMin", ["attention_mask"], ["loop_min"], keepdims=0),
+        helper.make_node("Cast", ["loop_min"], ["loop_unpadded"], to=TensorProto.BOOL),
+        helper.make_node("Not", ["loop_unpadded"], ["loop_go"]),
+        helper.make_node("Loop", ["", "loop_go", "loop_zero"], ["loop_v"], body=body),
+        helper.make_node("Mul", ["loop_v", "loop_zero"], ["loop_0"]),
+        helper.make_node("Add", ["logits__in", "loop_0"], ["logits"]),
+    ])
+    onnx.save(m, str(dst))
+
+
+def test_timeout_stops_an_endless_onnx_loop_and_other_cases_still_pass(exported: Path, tmp_path: Path) -> None:
+    loop = tmp_path / "loop.onnx"
+    endless_when_padded(exported, loop)
+    t0 = time.perf_counter()
+    code, report = run_validate(["--onnx", str(loop), "--timeout", "3", "-k",
+                                 "^model/(tiny_exact|tiny_padded_exact)$"], tmp_path)
+    seconds = time.perf_counter() - t0
+    status = {r["case"]: (r["status"], r["reason"]) for r in report["results"]}
+    assert status["model/tiny_padded_exact"][0] == "error", status
+    assert "time limit of 3 s" in status["model/tiny_padded_exact"][1], status
+    # negative control: the same model on an unpadded case (the loop runs zero times) passes in the same child
+    assert status["model/tiny_exact"] == ("pass", ""), status
+    assert code == 1
+    assert seconds < 60, seconds  # 3 s limit + one child start; was: past 40 s and past SIGINT
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_an_endless_onnx_loop(exported: Path, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    loop = tmp_path / "loop.onnx"
+    endless_when_padded(exported, loop)
+    entry = "import sys; from pldr_ref.cli import main; sys.exit(main(sys.argv[1:]))"
+    cmd = [sys.executable, "-c", entry, "validate", "--onnx", str(loop), "--timeout", "600", "-k",
+           "^model/tiny_padded_exact$", "--quiet"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=False)
+    time.sleep(20)  # the child is inside ONNX Runtime's endless Loop by now
+    assert proc.poll() is None
+    children = child_pids(proc.pid)
+    assert children  # the engine process (and multiprocessing's resource tracker)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.perf_counter()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and time.perf_counter() - t0 < 10, (proc.returncode, err)
+    time.sleep(1)
+    alive = [pid for pid in children if Path(f"/proc/{pid}").exists()
+             and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"]
+    assert not alive, alive  # no engine process left spinning
+
+
+def child_pids(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (from /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.slow
+def test_negative_control_the_signal_alone_cannot_stop_onnx_runtime(exported: Path, tmp_path: Path) -> None:
+    """The old in-process limit (SIGALRM) on the same model: still running 15 s after a 2 s limit."""
+    import subprocess
+    import sys
+
+    loop = tmp_path / "loop.onnx"
+    endless_when_padded(exported, loop)
+    code = ("import sys; from pldr_ref.backends.onnx_backend import OnnxFileBackend; "
+            "from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case; "
+            "from pldr_ref.harness.validate import validate_case; "
+            f"print(validate_case(OnnxFileBackend({str(loop)!r}), load_case(DEFAULT_GOLDEN_DIR / {PADDED!r}), "
+            "'float32', timeout=2).status)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+        proc.communicate()
