@@ -389,3 +389,68 @@ def test_negative_control_the_signal_alone_cannot_stop_onnx_runtime(exported: Pa
     finally:
         proc.kill()
         proc.communicate()
+
+
+# ----------------------------------------------------------------------------- cause 2: what the exporter refuses
+class ExportedModel:
+    """An exported model judged with no switch declared unsupported: the exporter alone decides what is refused."""
+
+    name = "exported"
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(dtypes=("float32",), kinds=("forward",), position_ids=True)
+
+    def run_case(self, case, dtype):
+        return self.model.run_forward(case)
+
+
+def export_verdict(case) -> str:
+    """"refused" (the exporter names a switch value it cannot express) or the float32 verdict of the exported
+    model on the case (the harness' float32 allowance, on the rows float32 can represent)."""
+    from pldr_ref.backends.onnx_backend import OnnxModel
+    from pldr_ref.export.onnx_graph import NotExpressibleError, export_model
+
+    try:
+        proto = export_model(case.params.config, case.params, "float32")
+    except NotExpressibleError:
+        return "refused"
+    r = validate_case(ExportedModel(OnnxModel(proto.SerializeToString(), case.name)), case, "float32",
+                      isolate=False)
+    return r.status if r.status != "fail" else f"fail: {r.reason}"
+
+
+def forward_case_names() -> list[str]:
+    """Every committed forward case with parameters, read from its case.json (no tensor loaded)."""
+    return sorted(f"{p.parent.parent.name}/{p.parent.name}" for p in DEFAULT_GOLDEN_DIR.glob("*/*/case.json")
+                  if json.loads(p.read_text(encoding="utf-8")).get("kind") == "forward"
+                  and (p.parent / "params.safetensors").is_file())
+
+
+FORWARD_CASES = forward_case_names()
+#: A few in the default run: a switch value the graph lacks, a plain case, left padding (rows float32 cannot
+#: represent excluded), per-row positions (no graph input for them).
+DEFAULT_RUN_CASES = ("model/switch_masked_row_zeros", TINY, "model/tiny_left_pad_additive", "model/switch_position_ids")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in DEFAULT_RUN_CASES else pytest.mark.slow)
+                                  for n in FORWARD_CASES])
+def test_the_exporter_refuses_or_matches_the_golden(name: str) -> None:
+    verdict = export_verdict(load_case(DEFAULT_GOLDEN_DIR / name))
+    assert verdict in ("refused", "pass", "not_judgeable", "unsupported"), verdict
+
+
+def test_export_cli_names_the_switch_value_it_cannot_express(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "m.onnx"
+    assert main(["export", "onnx", "--case", "model/switch_masked_row_zeros", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["pldr-ref export onnx: cannot export this config to ONNX: masked_row='zeros' (the graph "
+                   "computes arithmetic)"] and not out.exists()
+    # negative control: without the check the model is written and its logits are wrong (fail, not refused)
+    import pldr_ref.switches
+
+    monkeypatch.setattr(pldr_ref.switches, "unsupported", lambda engine, config: {})
+    assert export_verdict(load_case(DEFAULT_GOLDEN_DIR / "model/switch_masked_row_zeros")).startswith("fail")

@@ -188,6 +188,9 @@ class OnnxModel:
             raise Unsupported(f"{self.label} is exported for another config (differs in {', '.join(diff[:4])})")
         ids = np.asarray(case.inputs["token_ids"]).astype(np.int64)
         args = dict(case.args or {})
+        extra = sorted(set(case.inputs) - {"token_ids", "attention_mask"} - set(self.inputs))
+        if extra:  # e.g. position_ids: never run with the graph's default instead
+            raise Unsupported(f"{self.label} has no input for the case's {', '.join(extra)}")
         feed = {"token_ids": ids, **self.parameter_feed(case.params)}
         if "attention_mask" in case.inputs:
             am = np.asarray(case.inputs["attention_mask"]).astype(np.int64)
@@ -254,12 +257,15 @@ class OnnxExportBackend:
 
     def model_for(self, params: Params, dtype: str) -> OnnxModel:
         """The exported (and, for a mutant, rewritten) model of ``params``' config, cached per Params object."""
-        from pldr_ref.export.onnx_graph import export_model
+        from pldr_ref.export.onnx_graph import NotExpressibleError, export_model
 
         key = (id(params), dtype)
         hit = self._cache.get(key)
         if hit is None or hit[0] is not params:
-            proto = export_model(params.config, params, dtype)
+            try:
+                proto = export_model(params.config, params, dtype)
+            except NotExpressibleError as exc:  # a switch value the graph does not compute: never run at another one
+                raise Unsupported(str(exc)) from exc
             if self.rewrite is not None:
                 proto = self.rewrite(proto)
             hit = (params, OnnxModel(proto.SerializeToString(), f"export of {dtype}"))
