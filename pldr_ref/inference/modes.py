@@ -355,26 +355,38 @@ def load_external_g(path: str | os.PathLike[str], config: PLDRConfig) -> np.ndar
     (layers, heads or d_k) when the array does not fit the configuration.  Values are widened to
     float64 exactly.  The shipped file is PLDRv51-110M-1's trained G_LM: L=5, H=14, d_k=64.
     """
+    from pldr_ref.array_headers import check_arrays_budget, npz_headers
+
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"external G file {p} does not exist")
+    headers = npz_headers(p)  # names, shapes and the budget checked before anything is decompressed
+    if EXTERNAL_G_KEY not in headers:
+        raise ValueError(f"{p} has no array {EXTERNAL_G_KEY!r} (found {sorted(headers)})")
+    check_external_g_shape(headers[EXTERNAL_G_KEY].shape, config, p)
+    check_arrays_budget(f"external G file {p}", [headers[EXTERNAL_G_KEY]])
     with np.load(p, allow_pickle=False) as z:
-        if EXTERNAL_G_KEY not in z.files:
-            raise ValueError(f"{p} has no array {EXTERNAL_G_KEY!r} (found {z.files})")
         g = np.asarray(z[EXTERNAL_G_KEY])
-    if g.ndim == 5 and g.shape[1] == 1:
+    check_external_g_shape(g.shape, config, p)
+    if g.ndim == 5:
         g = g[:, 0]
-    if g.ndim != 4:
-        raise ValueError(f"{p}: {EXTERNAL_G_KEY} has shape {g.shape}, expected [L, H, d_k, d_k]")
-    for axis, (name, want) in enumerate(
-        (("num_layers", config.num_layers), ("num_heads", config.num_heads), ("d_k", config.d_k), ("d_k", config.d_k))
-    ):
-        if g.shape[axis] != want:
-            raise ValueError(f"{p}: {EXTERNAL_G_KEY} has shape {g.shape}; axis {axis} is {g.shape[axis]}, "
-                             f"config {name}={want}")
     if not np.issubdtype(g.dtype, np.floating) or not np.all(np.isfinite(g)):
         raise ValueError(f"{p}: {EXTERNAL_G_KEY} must be finite floats, got dtype {g.dtype}")
     return g.astype(np.float64)
+
+
+def check_external_g_shape(shape: tuple[int, ...], config: PLDRConfig, p: Path) -> None:
+    """``ValueError`` unless ``shape`` is [L, H, d_k, d_k] (or [L, 1, H, d_k, d_k]) of ``config``, naming the axis."""
+    if len(shape) == 5 and shape[1] == 1:
+        shape = shape[:1] + shape[2:]
+    if len(shape) != 4:
+        raise ValueError(f"{p}: {EXTERNAL_G_KEY} has shape {shape}, expected [L, H, d_k, d_k]")
+    for axis, (name, want) in enumerate(
+        (("num_layers", config.num_layers), ("num_heads", config.num_heads), ("d_k", config.d_k), ("d_k", config.d_k))
+    ):
+        if shape[axis] != want:
+            raise ValueError(f"{p}: {EXTERNAL_G_KEY} has shape {shape}; axis {axis} is {shape[axis]}, "
+                             f"config {name}={want}")
 
 
 def params_with_external_g(params: Params, path: str | os.PathLike[str] | None = None) -> Params:
