@@ -414,14 +414,27 @@ def external_g_config(**overrides: object) -> PLDRConfig:
 
 # ----------------------------------------------------------------------------- teacher forcing
 def teacher_forced_logits(
-    params: Params, prompt_ids: np.ndarray, continuation: np.ndarray, mode: str | InferenceMode
+    params: Params,
+    prompt_ids: np.ndarray,
+    continuation: np.ndarray,
+    mode: str | InferenceMode,
+    *,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
 ) -> np.ndarray:
     """Final-row logits [B, n, V] of the decoding loop of ``mode`` forced through ``continuation`` [B, n]:
-    row j is the conditional after prompt + continuation[:, :j] (one token per call, as native decoding)."""
+    row j is the conditional after prompt + continuation[:, :j] (one token per call, as native decoding).
+    ``attention_mask`` / ``position_ids`` are the prompt's (:func:`prefill`; the continuation's tokens are kept
+    and continue each row's positions); ``rope_table``, ``softmax_kernel``, ``check_finite_values`` as forward's."""
     cont = np.asarray(continuation)
     if cont.ndim != 2 or cont.shape[0] != np.shape(prompt_ids)[0] or cont.shape[1] == 0:
         raise ValueError(f"continuation must be [B, n>=1] with the prompt's B, got shape {cont.shape}")
-    step, state = prefill(params, prompt_ids, mode)
+    step, state = prefill(params, prompt_ids, mode, attention_mask=attention_mask, position_ids=position_ids,
+                          rope_table=rope_table, softmax_kernel=softmax_kernel,
+                          check_finite_values=check_finite_values)
     rows = [step.logits[:, -1]]
     for j in range(cont.shape[1] - 1):  # sequential: each call appends one token
         logits, _, state = advance(params, state, cont[:, j : j + 1], mode)
@@ -430,11 +443,23 @@ def teacher_forced_logits(
 
 
 def cache_gap(
-    params: Params, prompt_ids: np.ndarray, continuation: np.ndarray, mode: str | InferenceMode = "kv+g"
+    params: Params,
+    prompt_ids: np.ndarray,
+    continuation: np.ndarray,
+    mode: str | InferenceMode = "kv+g",
+    *,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
 ) -> float:
     """Relative logit gap max|cached - recomputed| / max|recomputed| between ``mode`` and full prefix
-    recomputation (native ``"none"``) on the same forced continuation (Proposition 5.2(i) measured)."""
-    cached = teacher_forced_logits(params, prompt_ids, continuation, mode)
-    full = teacher_forced_logits(params, prompt_ids, continuation, "none")
+    recomputation (native ``"none"``) on the same forced continuation (Proposition 5.2(i) measured); the explicit
+    inputs as :func:`teacher_forced_logits` takes them, for both runs."""
+    explicit = dict(attention_mask=attention_mask, position_ids=position_ids, rope_table=rope_table,
+                    softmax_kernel=softmax_kernel, check_finite_values=check_finite_values)
+    cached = teacher_forced_logits(params, prompt_ids, continuation, mode, **explicit)
+    full = teacher_forced_logits(params, prompt_ids, continuation, "none", **explicit)
     gap = float(np.max(np.abs(cached - full)))
     return 0.0 if gap == 0.0 else gap / float(np.max(np.abs(full)))
