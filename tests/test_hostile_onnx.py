@@ -454,3 +454,21 @@ def test_export_cli_names_the_switch_value_it_cannot_express(tmp_path: Path, cap
 
     monkeypatch.setattr(pldr_ref.switches, "unsupported", lambda engine, config: {})
     assert export_verdict(load_case(DEFAULT_GOLDEN_DIR / "model/switch_masked_row_zeros")).startswith("fail")
+
+
+@pytest.mark.slow
+def test_a_backend_in_the_child_process_gives_the_in_process_report() -> None:
+    """The proxy is transparent: every field of every verdict (isolated stages included) as in process."""
+    from pldr_ref.harness.engine_process import ProcessBackend
+    from pldr_ref.harness.protocol import load_backend
+    from pldr_ref.harness.validate import validate
+
+    spec = "pldr_ref.backends.reference:ReferenceBackend"
+    cases = [load_case(DEFAULT_GOLDEN_DIR / n) for n in (TINY, "op/linear", "cache/narrow_kv_g_learned_g")]
+    child = ProcessBackend(("spec", spec))
+    try:
+        got = [r.to_dict() for r in validate(child, cases, ["float64"], timeout=120)]
+    finally:
+        child.close()
+    want = [r.to_dict() for r in validate(load_backend(spec), cases, ["float64"], timeout=120)]
+    assert got == want and sum(len(r["stages"]) for r in got) > 0

@@ -3,11 +3,12 @@
 The per-case limit of :func:`pldr_ref.harness.validate.time_limit` is a SIGALRM: it interrupts Python code, but
 not one long C++ call (an ONNX Runtime ``Loop`` that never ends, an XLA compile), and Ctrl-C cannot interrupt
 such a call either.  :class:`ProcessBackend` is a backend proxy: the real backend is built and called in a child
-process (``multiprocessing`` context ``"spawn"``: no state inherited from the parent's threads), and the parent
-waits on a pipe until the case's deadline (:func:`case_deadline`).  At the deadline, on Ctrl-C or on any
-exception in the parent, the child is killed (SIGKILL) and the call raises :class:`CaseTimeout` (or re-raises);
-the next call starts a fresh child; the backend's construction there counts against that case's limit (the
-interpreter's start does not: :data:`START_ALLOWANCE_S`).
+process (a fresh interpreter, ``python -m pldr_ref.harness.engine_process --serve``: like multiprocessing's
+"spawn", nothing is inherited from the parent's engine threads, and the caller's main module is not re-imported),
+and the parent waits on the child's stdout pipe until the case's deadline (:func:`case_deadline`).  At the
+deadline, on Ctrl-C or on any exception in the parent, the child is killed (SIGKILL) and the call raises
+:class:`CaseTimeout` (or re-raises); the next call starts a fresh child; the backend's construction there counts
+against that case's limit (the interpreter's start does not: :data:`START_ALLOWANCE_S`).
 
 Only arrays cross the pipe, as ``np.save`` bytes read back with ``allow_pickle=False``, with a JSON header for
 everything else (the case's config, args and metadata): no pickle of data.  The child checks output types
@@ -26,8 +27,11 @@ import contextlib
 import dataclasses
 import io
 import json
-import multiprocessing
+import os
+import select
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -40,8 +44,8 @@ from pldr_ref.harness.protocol import Capabilities, CaseTimeout, StageRequest, U
 #: Backend modules whose calls are native code a SIGALRM cannot interrupt: run in a child process under a limit.
 ENGINE_MODULES = ("pldr_ref.backends.onnx_backend", "pldr_ref.backends.jax_backend", "pldr_ref.backends.jax",
                   "pldr_ref.backends.torch_backend", "pldr_ref.backends.torch", "pldr_ref.backends.triton_attention")
-#: multiprocessing start method of the child ("spawn": nothing inherited from the parent's engine threads).
-START_METHOD = "spawn"
+#: Bytes of the length prefix of every message on the pipes.
+LENGTH_BYTES = 8
 #: Seconds a child may take to start Python, NumPy and pldr_ref (not counted against a case's limit).
 START_ALLOWANCE_S = 120.0
 #: Seconds the parent waits for a killed child to be reaped.
@@ -183,10 +187,45 @@ def _error_message(exc: BaseException) -> bytes:
     return pack({"status": kind, "type": type(exc).__name__, "message": str(exc)})
 
 
-def serve(conn: Any, recipe: tuple[str, str]) -> None:
-    """The child's loop: build the backend, answer its name and capabilities, then one answer per request.
-    Ctrl-C is the parent's to handle (ignored here: the parent kills the child)."""
+class PipeChannel:
+    """Length-prefixed messages over two file descriptors (read ``rfd``, write ``wfd``)."""
+
+    def __init__(self, rfd: int, wfd: int) -> None:
+        self.rfd, self.wfd = rfd, wfd
+
+    def send_bytes(self, data: bytes) -> None:
+        """Write one message (its length, then its bytes)."""
+        view = memoryview(len(data).to_bytes(LENGTH_BYTES, "little") + data)
+        while view:
+            view = view[os.write(self.wfd, view):]
+
+    def _read_exactly(self, n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            chunk = os.read(self.rfd, min(left, 2**20))
+            if not chunk:
+                raise EOFError("the other end closed the pipe")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def recv_bytes(self) -> bytes:
+        """Read one message (EOFError when the other end is gone)."""
+        return self._read_exactly(int.from_bytes(self._read_exactly(LENGTH_BYTES), "little"))
+
+    def poll(self, timeout: float) -> bool:
+        """Whether a message has started to arrive within ``timeout`` seconds."""
+        return bool(select.select([self.rfd], [], [], max(timeout, 0.0))[0])
+
+
+def serve(recipe: tuple[str, str]) -> None:
+    """The child's loop on stdin / stdout: build the backend, answer its name and capabilities, then one answer per
+    request.  What the backend prints goes to stderr (stdout carries the messages).  Ctrl-C is the parent's to
+    handle (ignored here: the parent kills the child)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    out_fd = os.dup(1)
+    os.dup2(2, 1)  # a print in the backend must not corrupt the messages
+    conn = PipeChannel(0, out_fd)
     from pldr_ref.harness.output_types import OutputTypeError, checked_outputs
     from pldr_ref.harness.validate import guarded_case
 
@@ -233,7 +272,6 @@ class ProcessBackend:
 
     def __init__(self, recipe: tuple[str, str], *, start_timeout: float | None = None) -> None:
         self.recipe = recipe
-        self._ctx = multiprocessing.get_context(START_METHOD)
         self._proc: Any = None
         self._conn: Any = None
         self._limit = 0.0 if start_timeout is None else float(start_timeout)
@@ -250,13 +288,10 @@ class ProcessBackend:
     def _start(self, deadline: float | None) -> dict[str, Any]:
         """Start the child and build the backend in it: the interpreter's start (up to
         :data:`START_ALLOWANCE_S`) does not count against ``deadline``; the backend's construction does."""
-        parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=serve, args=(child, self.recipe), daemon=True,
-                                       name="pldr-ref-engine")
         t0 = time.monotonic()
-        self._proc.start()
-        child.close()
-        self._conn = parent
+        self._proc = subprocess.Popen([sys.executable, "-m", __name__, "--serve", *self.recipe],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._conn = PipeChannel(self._proc.stdout.fileno(), self._proc.stdin.fileno())
         self._receive(t0 + START_ALLOWANCE_S, "starting the engine process")
         self._started_s = started = time.monotonic() - t0
         header, _ = self._receive(None if deadline is None else deadline + started, "building the backend")
@@ -268,13 +303,15 @@ class ProcessBackend:
     def close(self) -> None:
         """Kill the child (if running) and reap it."""
         if self._proc is not None:
-            if self._proc.is_alive():
+            if self._proc.poll() is None:
                 self._proc.kill()
-            self._proc.join(REAP_TIMEOUT_S)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(REAP_TIMEOUT_S)
+            for pipe in (self._proc.stdin, self._proc.stdout):
+                with contextlib.suppress(OSError):
+                    pipe.close()
             self._proc = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._conn = None
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
@@ -291,10 +328,10 @@ class ProcessBackend:
                                       "process was killed)")
                 if self._conn.poll(wait):
                     return unpack(self._conn.recv_bytes())
-                if not self._proc.is_alive() and not self._conn.poll(0):
-                    raise EngineCallError(f"the engine process died while {what} (exit code {self._proc.exitcode})")
-        except EOFError:
-            code = self._proc.exitcode if self._proc is not None else None
+                if self._proc.poll() is not None and not self._conn.poll(0):
+                    raise EngineCallError(f"the engine process died while {what} (exit code {self._proc.returncode})")
+        except (EOFError, BrokenPipeError):
+            code = None if self._proc is None else self._proc.wait(REAP_TIMEOUT_S)
             self.close()
             raise EngineCallError(f"the engine process died while {what} (exit code {code})") from None
         except BaseException:
@@ -309,7 +346,12 @@ class ProcessBackend:
             self._start(deadline)
             if deadline is not None:
                 deadline += self._started_s
-        self._conn.send_bytes(message)
+        try:
+            self._conn.send_bytes(message)
+        except BrokenPipeError:
+            code = self._proc.wait(REAP_TIMEOUT_S)
+            self.close()
+            raise EngineCallError(f"the engine process died before {what} (exit code {code})") from None
         header, arrays = self._receive(deadline, what)
         if header["status"] == "unsupported":
             raise Unsupported(header["message"])
@@ -353,7 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.engine_process", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--measure", action="store_true", help="print the median child start time (3 starts)")
+    p.add_argument("--serve", nargs=2, metavar=("KIND", "VALUE"), help=argparse.SUPPRESS)  # the child's entry
     args = p.parse_args(argv)
+    if args.serve:
+        serve((args.serve[0], args.serve[1]))
+        return 0
     if args.measure:
         print(f"child start + backend build: {measure_start_seconds():.2f} s (median of 3)")
     return 0
