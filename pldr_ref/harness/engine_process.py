@@ -32,13 +32,13 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from pldr_ref.harness.deadline import current_deadline
 from pldr_ref.harness.protocol import Capabilities, CaseTimeout, StageRequest, Unsupported
 
 #: Backend modules whose calls are native code a SIGALRM cannot interrupt: run in a child process under a limit.
@@ -53,28 +53,8 @@ REAP_TIMEOUT_S = 5.0
 #: Seconds between checks while waiting for the child (Ctrl-C and SIGALRM are handled between them).
 POLL_INTERVAL_S = 0.25
 
-_local = threading.local()
-
-
 class EngineCallError(RuntimeError):
     """The backend raised in the child process, or the child died; the message names the original error."""
-
-
-# ----------------------------------------------------------------------------- deadline
-@contextlib.contextmanager
-def case_deadline(seconds: float | None) -> Iterator[None]:
-    """The deadline (now + ``seconds``; None: none) that :class:`ProcessBackend` calls inside the block wait to."""
-    previous = current_deadline()
-    _local.deadline = None if seconds is None or seconds <= 0 else (time.monotonic() + float(seconds), float(seconds))
-    try:
-        yield
-    finally:
-        _local.deadline = previous
-
-
-def current_deadline() -> tuple[float, float] | None:
-    """The innermost :func:`case_deadline`: (a ``time.monotonic`` deadline, the limit in seconds), or None."""
-    return getattr(_local, "deadline", None)
 
 
 # ----------------------------------------------------------------------------- messages: JSON header + np.save

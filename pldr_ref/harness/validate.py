@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from pldr_ref.harness.engine_process import case_deadline
+from pldr_ref.harness.deadline import case_deadline
 from pldr_ref.harness.isolation import isolate_stages
 from pldr_ref.harness.localize import (
     OUTSIDE_WIDE,
