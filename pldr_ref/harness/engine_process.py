@@ -44,6 +44,8 @@ from pldr_ref.harness.protocol import Capabilities, CaseTimeout, StageRequest, U
 #: Backend modules whose calls are native code a SIGALRM cannot interrupt: run in a child process under a limit.
 ENGINE_MODULES = ("pldr_ref.backends.onnx_backend", "pldr_ref.backends.jax_backend", "pldr_ref.backends.jax",
                   "pldr_ref.backends.torch_backend", "pldr_ref.backends.torch", "pldr_ref.backends.triton_attention")
+#: The module the child runs (``python -m``; its name, not ``__name__``, which is ``__main__`` when run as a tool).
+CHILD_MODULE = "pldr_ref.harness.engine_process"
 #: Bytes of the length prefix of every message on the pipes.
 LENGTH_BYTES = 8
 #: Seconds a child may take to start Python, NumPy and pldr_ref (not counted against a case's limit).
@@ -269,7 +271,7 @@ class ProcessBackend:
         """Start the child and build the backend in it: the interpreter's start (up to
         :data:`START_ALLOWANCE_S`) does not count against ``deadline``; the backend's construction does."""
         t0 = time.monotonic()
-        self._proc = subprocess.Popen([sys.executable, "-m", __name__, "--serve", *self.recipe],
+        self._proc = subprocess.Popen([sys.executable, "-m", CHILD_MODULE, "--serve", *self.recipe],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._conn = PipeChannel(self._proc.stdout.fileno(), self._proc.stdin.fileno())
         self._receive(t0 + START_ALLOWANCE_S, "starting the engine process")
