@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
+from pldr_ref.memory_budget import check_load_budget
 from pldr_ref.params import IGNORED_KEYS, Params, check_param_dtype, param_shapes
 
 
@@ -48,6 +49,9 @@ SAFETENSORS_DTYPES = {
     "BOOL": np.dtype("?"), "C64": np.dtype("<c8"),
 }
 
+#: Bytes a safetensors load allocates per byte of file at its peak: the bytes read, the package's copies of the
+#: tensors, and float64 widening of 16-bit tensors (4x their bytes).
+SAFETENSORS_LOAD_COPIES = 6
 #: Bytes of the little-endian header-length prefix of a safetensors file.
 SAFETENSORS_PREFIX = 8
 
@@ -91,6 +95,7 @@ def read_safetensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         raise ValueError(f"{where} cannot be read: {exc.strerror or exc}") from None
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(f"{where} is not a regular file (a device, FIFO or folder is refused)")
+    check_load_budget(where, SAFETENSORS_LOAD_COPIES * info.st_size)  # before a byte is read
     try:
         with open(path, "rb") as fh:
             prefix = fh.read(SAFETENSORS_PREFIX)
@@ -194,6 +199,17 @@ def _read(source: str | os.PathLike[str] | Mapping[str, np.ndarray]) -> dict[str
     raise ValueError(f"unsupported checkpoint suffix for {path!r}: use .safetensors or .npz")
 
 
+def check_npz_before_reading(path: str, expected: Mapping[str, tuple[int, ...]]) -> None:
+    """From the ``.npz`` member headers alone (nothing decompressed): every expected key with its shape, no
+    unexpected key, and the load within the memory budget (:mod:`pldr_ref.array_headers`)."""
+    from pldr_ref.array_headers import check_arrays_budget, check_expected_arrays, npz_headers
+
+    check_suffix_format(path, "checkpoint")
+    headers = npz_headers(path)
+    check_expected_arrays(f"checkpoint {path!r}", headers, dict(expected), IGNORED_KEYS)
+    check_arrays_budget(f"checkpoint {path!r}", headers)
+
+
 def load_state_dict(source: str | os.PathLike[str] | Mapping[str, np.ndarray], config: PLDRConfig) -> Params:
     """Parameters for ``config`` from a ``.safetensors`` / ``.npz`` file or a name -> array mapping.
 
@@ -201,9 +217,11 @@ def load_state_dict(source: str | os.PathLike[str] | Mapping[str, np.ndarray], c
     mis-shaped key raises ``ValueError`` naming the key (and both shapes).  float16, bfloat16,
     float32 and float64 arrays are widened to float64 exactly; other dtypes are refused.
     """
+    expected = param_shapes(config)
+    if not isinstance(source, Mapping) and os.fspath(source).endswith(".npz") and os.path.isfile(source):
+        check_npz_before_reading(os.fspath(source), expected)
     raw = _read(source)
     where = f"checkpoint {os.fspath(source)!r}: " if not isinstance(source, Mapping) else ""
-    expected = param_shapes(config)
     for name, shape in expected.items():
         if name not in raw:
             raise ValueError(f"checkpoint is missing key {name!r} (expected shape {shape})")

@@ -135,3 +135,14 @@ def check_forward_budget(config: PLDRConfig, batch: int, seq_len: int, *, keep_t
             f"forward of B={batch} x S={seq_len} tokens with num_layers={config.num_layers} is estimated to "
             f"allocate {_gib(need)}, above the memory budget of {_gib(limit)}{hint}; if the machine has the "
             f"memory, raise it with {BUDGET_ENV}=<bytes, e.g. {need // 2**30 + 1}G> (or {BUDGET_ENV}=none)")
+
+
+def check_load_budget(what: str, need: int, budget: int | None = None) -> None:
+    """``MemoryBudgetError`` if loading ``what`` (a file, named in the message) is estimated to allocate ``need``
+    bytes, above the budget; called with an estimate from the file's size or headers, before its data is read."""
+    limit = memory_budget(budget)
+    if limit is not None and need > limit:
+        raise MemoryBudgetError(
+            f"loading {what} needs an estimated {_gib(need)}, above the memory budget of {_gib(limit)}; if the "
+            f"machine has the memory, raise it with {BUDGET_ENV}=<bytes, e.g. {need // 2**30 + 1}G> "
+            f"(or {BUDGET_ENV}=none)")

@@ -147,13 +147,20 @@ def check_explicit_inputs(config: PLDRConfig, rope_table: RopeTable | None,
     """Refuse, before any work, a ``rope_table`` given while ``config.rope_table != "explicit"`` or a
     ``softmax_kernel`` given while ``config.softmax_precision != "explicit"`` (each would be silently ignored), and
     either switch at ``"explicit"`` without its input."""
+    check_rope_table_input(config, rope_table)
+    check_kernel_used(config.softmax_precision, softmax_kernel)
+
+
+def check_rope_table_input(config: PLDRConfig, rope_table: RopeTable | None) -> None:
+    """Refuse a ``rope_table`` given while ``config.rope_table != "explicit"`` (it would be silently ignored),
+    ``rope_table="explicit"`` without a table, and a table that is not a :class:`RopeTable` (every tier: float64
+    and exact)."""
     check_table_used(config.rope_table_source, rope_table)
     if config.rope_table_source == "explicit" and rope_table is None:
         raise ValueError("PLDRConfig.rope_table='explicit' needs a RopeTable (argument rope_table=RopeTable(cos, sin), "
                          "e.g. RopeTable.from_torchtune_cache(cache))")
     if rope_table is not None and not isinstance(rope_table, RopeTable):
         raise TypeError(f"rope_table must be a pldr_ref.rope.RopeTable, got {type(rope_table).__name__}")
-    check_kernel_used(config.softmax_precision, softmax_kernel)
 
 
 #: Rows the LM head of :func:`depth_pass` reads: every row ([B, S, V] logits), the last row ([B, V]), or none.

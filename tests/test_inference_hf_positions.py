@@ -2,7 +2,7 @@
 (with ``cache_first_G``), and ``check_finite_values`` in ``prefill`` / ``advance`` / ``generate``.
 
 transformers 4.x ``prepare_inputs_for_generation`` fills padding positions with 1; 5.x
-``_prepare_position_ids_for_generation`` with 0.  The default is the current release (5.x).
+``_prepare_position_ids_for_generation`` with 0 (the current release; the version-less names are deprecated).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ def _left_padded(cfg: PLDRConfig, seed: int) -> tuple[object, np.ndarray, np.nda
 # ----------------------------------------------------------------------------- item 3
 def test_hf_position_ids_follow_the_named_transformers_version() -> None:
     mask = np.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
-    np.testing.assert_array_equal(hf_position_ids([[0, 0, 1, 1, 1]]), [[0, 0, 0, 1, 2]])  # 5.x, the default
     assert modes.HF_CURRENT_TRANSFORMERS == "5.x"
     np.testing.assert_array_equal(hf_position_ids(mask, "5.x"), [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]])
     np.testing.assert_array_equal(hf_position_ids(mask, "4.x"), [[1, 1, 0, 1, 2], [0, 1, 2, 3, 4]])
@@ -40,14 +39,13 @@ def test_hf_position_ids_follow_the_named_transformers_version() -> None:
 
 
 def test_hf_generate_modes_are_named_by_version_and_default_to_the_current_release() -> None:
-    assert resolve_mode("hf-generate").hf_positions == "5.x"
     assert resolve_mode("hf-generate-4.x").hf_positions == "4.x"
     assert resolve_mode("hf-generate-5.x").hf_positions == "5.x"
-    first = resolve_mode("hf-generate-first-G")
+    first = resolve_mode("hf-generate-5.x-first-G")
     assert first.cache_first_G and first.hf_positions == "5.x" and first.cached_mask == "causal"
     assert resolve_mode("hf-generate-4.x-first-G").cache_first_G
     assert resolve_mode("hf-first-G").cache_first_G and resolve_mode("hf-first-G").hf_positions is None
-    assert set(modes.HF_MODES) >= {"hf", "hf-first-G", "hf-generate", "hf-generate-first-G"}
+    assert set(modes.HF_MODES) >= {"hf", "hf-first-G", "hf-generate-5.x", "hf-generate-5.x-first-G"}
     with pytest.raises(ValueError, match=r"unknown inference mode 'hf-generate-3\.x'"):
         resolve_mode("hf-generate-3.x")
     with pytest.raises(ValueError, match="hf_positions must be None or a transformers version"):
@@ -57,7 +55,7 @@ def test_hf_generate_modes_are_named_by_version_and_default_to_the_current_relea
 def test_left_padded_generation_differs_between_transformers_4_and_5() -> None:
     cfg = TINY.emulate("hf-sdpa")
     params, prompt, mask = _left_padded(cfg, 10)
-    v5 = generate(params, prompt, 3, mode="hf-generate", attention_mask=mask, return_traces=True)
+    v5 = generate(params, prompt, 3, mode="hf-generate-5.x", attention_mask=mask, return_traces=True)
     v4 = generate(params, prompt, 3, mode="hf-generate-4.x", attention_mask=mask, return_traces=True)
     np.testing.assert_array_equal(v5.traces[0].positions, [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]])
     np.testing.assert_array_equal(v4.traces[0].positions, [[1, 1, 0, 1, 2], [0, 1, 2, 3, 4]])
@@ -70,14 +68,14 @@ def test_left_padded_generation_differs_between_transformers_4_and_5() -> None:
 def test_hf_generate_first_g_freezes_sample_zeros_operators() -> None:
     cfg = TINY.emulate("hf-sdpa")
     params, prompt, mask = _left_padded(cfg, 11)
-    _, state = prefill(params, prompt, "hf-generate-first-G", attention_mask=mask)
-    per_sample = prefill(params, prompt, "hf-generate", attention_mask=mask)[1].g_cache
+    _, state = prefill(params, prompt, "hf-generate-5.x-first-G", attention_mask=mask)
+    per_sample = prefill(params, prompt, "hf-generate-5.x", attention_mask=mask)[1].g_cache
     g0 = state.g_cache.layers[0].G_LM
     assert g0.shape[0] == 1
     np.testing.assert_array_equal(g0[0], per_sample.layers[0].G_LM[0])
     assert rel_diff(per_sample.layers[0].G_LM[1], g0[0]) > 1e-3  # sample 1 differs: the flag matters
-    res = generate(params, prompt, 2, mode="hf-generate-first-G", attention_mask=mask)
-    plain = generate(params, prompt, 2, mode="hf-generate", attention_mask=mask)
+    res = generate(params, prompt, 2, mode="hf-generate-5.x-first-G", attention_mask=mask)
+    plain = generate(params, prompt, 2, mode="hf-generate-5.x", attention_mask=mask)
     np.testing.assert_array_equal(res.step_logits[0], plain.step_logits[0])  # same prompt pass
     assert rel_diff(res.step_logits[1, 1], plain.step_logits[1, 1]) > 1e-6  # row 1 steps use sample 0's G
 

@@ -15,10 +15,16 @@ Two backends:
   of the ModelProto) lets an engine mutant edit the exported graph before it runs.
 
 ``onnx`` and ``onnxruntime`` are optional (``pip install "pldr-ref[onnx]"``), imported when a backend is created.
+A file is read by :func:`pldr_ref.backends.onnx_loading.read_model` (size and structure checked before it is read,
+external data resolved against the model's folder and inlined).  ONNX Runtime has no NumPy type for bfloat16: such
+inputs are fed and outputs read as raw 16-bit patterns (:func:`ort_input_value`, :func:`ort_output_array`), so a
+bfloat16 model runs like any other; an output is widened to float64 only when it is floating, anything else is
+returned as it is and refused by the harness' type check (:mod:`pldr_ref.harness.output_types`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 from collections.abc import Callable
@@ -69,15 +75,59 @@ def ort_session(model_bytes: bytes) -> Any:
     return ort.InferenceSession(model_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
-class OnnxModel:
-    """One loaded ONNX file: session, config, dtype, overridable and baked parameters."""
+#: ONNX element type of bfloat16 (``onnx.TensorProto.BFLOAT16``), which ONNX Runtime's NumPy bridge lacks.
+ONNX_BFLOAT16 = 16
+#: Bytes of one bfloat16.
+BFLOAT16_BYTES = 2
 
-    def __init__(self, model_bytes: bytes, label: str) -> None:
+
+def ort_input_value(array: np.ndarray) -> Any:
+    """An ONNX Runtime OrtValue of ``array``; a bfloat16 array (``ml_dtypes``) is passed as its bit patterns with
+    the element type BFLOAT16 (ONNX Runtime cannot convert it from NumPy)."""
+    ort = import_ort()
+    a = np.ascontiguousarray(array)
+    if a.dtype.kind == "V" and a.dtype.name == "bfloat16":
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(a.view(np.uint16), onnx_element_type=ONNX_BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(a)
+
+
+def ort_output_array(name: str, value: Any) -> np.ndarray:
+    """A NumPy array of the OrtValue ``value`` (CPU): bfloat16 read as its bit patterns into ``ml_dtypes.bfloat16``
+    (exact), any other tensor through ONNX Runtime; a sequence or map output is a ValueError naming it."""
+    if not value.is_tensor():
+        raise ValueError(f"output {name!r} is not a tensor ({value.data_type()})")
+    if value.data_type() == "tensor(bfloat16)":
+        import ml_dtypes
+
+        shape = tuple(int(d) for d in value.shape())
+        count = int(np.prod(shape, dtype=np.int64))
+        raw = ctypes.string_at(value.data_ptr(), BFLOAT16_BYTES * count) if count else b""
+        return np.frombuffer(raw, dtype=np.uint16).reshape(shape).view(ml_dtypes.bfloat16)
+    return np.asarray(value.numpy())
+
+
+def widen_output(array: np.ndarray) -> np.ndarray:
+    """A floating output (NumPy or ``ml_dtypes`` bfloat16) widened exactly to float64; any other type unchanged,
+    for the harness' type check to judge (never parsed with ``astype``)."""
+    if array.dtype.kind == "f" or (array.dtype.kind == "V" and array.dtype.name == "bfloat16"):
+        return array.astype(np.float64)
+    return array
+
+
+class OnnxModel:
+    """One loaded ONNX model (self-contained bytes, parsed ``proto`` when already at hand): session, config,
+    dtype, overridable and baked parameters."""
+
+    def __init__(self, model_bytes: bytes, label: str, proto: Any = None) -> None:
         import onnx
 
         from pldr_ref.export.onnx_graph import CONFIG_KEY
 
-        proto = onnx.load_from_string(model_bytes)
+        if proto is None:
+            from pldr_ref.backends.onnx_loading import inline_external_data
+
+            proto = onnx.load_from_string(model_bytes)
+            inline_external_data(proto, None, label)  # bytes have no folder: ORT would read external data from cwd
         props = {p.key: p.value for p in proto.metadata_props}
         if CONFIG_KEY not in props:
             raise ValueError(f"{label}: no metadata {CONFIG_KEY!r} (the config as JSON, see docs/backends.md)")
@@ -139,6 +189,9 @@ class OnnxModel:
             raise Unsupported(f"{self.label} is exported for another config (differs in {', '.join(diff[:4])})")
         ids = np.asarray(case.inputs["token_ids"]).astype(np.int64)
         args = dict(case.args or {})
+        extra = sorted(set(case.inputs) - {"token_ids", "attention_mask"} - set(self.inputs))
+        if extra:  # e.g. position_ids: never run with the graph's default instead
+            raise Unsupported(f"{self.label} has no input for the case's {', '.join(extra)}")
         feed = {"token_ids": ids, **self.parameter_feed(case.params)}
         if "attention_mask" in case.inputs:
             am = np.asarray(case.inputs["attention_mask"]).astype(np.int64)
@@ -155,9 +208,8 @@ class OnnxModel:
             feed["start_pos"] = np.array(start, dtype=np.int64)
         elif start:
             raise Unsupported(f"{self.label} has no start_pos input and this case starts at position {start}")
-        values = self.session.run(self.output_names, feed)
-        return {n: np.asarray(v).astype(np.float64) if np.asarray(v).dtype != np.bool_ else np.asarray(v)
-                for n, v in zip(self.output_names, values, strict=True)}
+        values = self.session.run_with_ort_values(self.output_names, {k: ort_input_value(v) for k, v in feed.items()})
+        return {n: widen_output(ort_output_array(n, v)) for n, v in zip(self.output_names, values, strict=True)}
 
 
 def _capabilities(dtype: str, full_trace: bool) -> Capabilities:
@@ -171,9 +223,10 @@ class OnnxFileBackend:
     name = "onnx"
 
     def __init__(self, path: str) -> None:
-        with open(path, "rb") as fh:
-            data = fh.read()
-        self.model = OnnxModel(data, str(path))
+        from pldr_ref.backends.onnx_loading import read_model
+
+        data, proto = read_model(path)  # size, structure and external data checked in that order
+        self.model = OnnxModel(data, str(path), proto)
         self.name = f"onnx:{os.path.basename(str(path))}"
 
     def capabilities(self) -> Capabilities:
@@ -205,12 +258,15 @@ class OnnxExportBackend:
 
     def model_for(self, params: Params, dtype: str) -> OnnxModel:
         """The exported (and, for a mutant, rewritten) model of ``params``' config, cached per Params object."""
-        from pldr_ref.export.onnx_graph import export_model
+        from pldr_ref.export.onnx_graph import NotExpressibleError, export_model
 
         key = (id(params), dtype)
         hit = self._cache.get(key)
         if hit is None or hit[0] is not params:
-            proto = export_model(params.config, params, dtype)
+            try:
+                proto = export_model(params.config, params, dtype)
+            except NotExpressibleError as exc:  # a switch value the graph does not compute: never run at another one
+                raise Unsupported(str(exc)) from exc
             if self.rewrite is not None:
                 proto = self.rewrite(proto)
             hit = (params, OnnxModel(proto.SerializeToString(), f"export of {dtype}"))

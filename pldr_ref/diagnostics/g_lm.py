@@ -29,16 +29,39 @@ def load_g_lm(path: str | os.PathLike[str] | None = None) -> tuple[np.ndarray, s
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"--file {p} does not exist")
+    if p.suffix not in (".npy", ".npz"):
+        raise ValueError(f"--file {p}: expected a .npz (key {G_LM_KEY!r}) or .npy file")
+    check_g_lm_header(p)  # shape, dtype and budget from the header: nothing decompressed yet
     if p.suffix == ".npy":
         g = np.load(p, allow_pickle=False)
-    elif p.suffix == ".npz":
-        with np.load(p, allow_pickle=False) as z:
-            if G_LM_KEY not in z.files:
-                raise ValueError(f"{p} has no array {G_LM_KEY!r} (found {z.files})")
-            g = z[G_LM_KEY]
     else:
-        raise ValueError(f"--file {p}: expected a .npz (key {G_LM_KEY!r}) or .npy file")
+        with np.load(p, allow_pickle=False) as z:
+            g = z[G_LM_KEY]
     return check_g_lm(g, str(p)), str(p)
+
+
+#: Arrays of G_LM's size the g-lm diagnostics hold at once (the loaded values, float64, spectra and products).
+G_LM_WORK_COPIES = 4
+
+
+def check_g_lm_header(p: Path) -> None:
+    """From the ``.npy`` header (of the ``.npz`` member ``G_LM``) alone: the key, a float dtype, the shape
+    [L, (1,) H, d_k, d_k] and the diagnostics' memory within the budget; ValueError / MemoryBudgetError."""
+    from pldr_ref.array_headers import check_arrays_budget, npy_header, npz_headers
+
+    if p.suffix == ".npz":
+        headers = npz_headers(p)
+        if G_LM_KEY not in headers:
+            raise ValueError(f"{p} has no array {G_LM_KEY!r} (found {sorted(headers)})")
+        head = headers[G_LM_KEY]
+    else:
+        head = npy_header(p)
+    shape = head.shape[:1] + head.shape[2:] if len(head.shape) == 5 and head.shape[1] == 1 else head.shape
+    if len(shape) != 4 or shape[-1] != shape[-2] or shape[-1] % 2:
+        raise ValueError(f"{p}: expected G_LM of shape [L, H, d_k, d_k] with even d_k, got {head.shape}")
+    if head.dtype.kind != "f":
+        raise ValueError(f"{p}: G_LM must hold finite floats, got dtype {head.dtype}")
+    check_arrays_budget(f"G_LM file {p}", [head], factor=G_LM_WORK_COPIES)
 
 
 def check_g_lm(g: np.ndarray, name: str = "G_LM") -> np.ndarray:

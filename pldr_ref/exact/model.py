@@ -21,9 +21,9 @@ from pldr_ref.exact.ops import affine, causal_padding_mask, layer_norm
 from pldr_ref.exact.params import exact_tree
 from pldr_ref.exact.rope import RopeTables
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
-from pldr_ref.model import resolve_pad_masking, validate_position_ids
+from pldr_ref.model import check_rope_table_input, resolve_pad_masking, validate_position_ids
 from pldr_ref.params import Params
-from pldr_ref.rope import RopeTable
+from pldr_ref.rope import RopeTable, check_table_used
 
 
 class ExactModel:
@@ -101,9 +101,14 @@ def forward(params: Params, token_ids: Any, *, dps: int = 50, start_pos: int = 0
     ``engine="arb"`` evaluates the same map in certified ball arithmetic instead
     (:func:`pldr_ref.exact.arb.forward`; ``dps`` and ``guard`` do not apply: every value carries a
     certificate, and ``pldr_ref.exact.arb.UncertifiedError`` reports one that stays undecided).
+    ``rope_table`` is refused unless ``config.rope_table == "explicit"`` (and required then), as in
+    :func:`pldr_ref.model.forward`.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if not isinstance(params, Params):
+        raise TypeError(f"params must be a pldr_ref.Params, got {type(params).__name__}")
+    check_table_used(params.config.rope_table_source, rope_table)  # a table the config ignores: refused, as in float64
     if engine == "arb":
         from pldr_ref.exact.arb import forward as arb_forward
 
@@ -111,6 +116,7 @@ def forward(params: Params, token_ids: Any, *, dps: int = 50, start_pos: int = 0
             raise NotImplementedError("engine='arb' takes no position_ids or explicit rope_table; use engine='mpmath'")
         return arb_forward(params, token_ids, start_pos=start_pos, attention_mask=attention_mask,
                            pad_masking=resolve_pad_masking(params.config, pad_masking))
+    check_rope_table_input(params.config, rope_table)  # and rope_table="explicit" needs a RopeTable
     model = ExactModel(params)
     ids = validate_token_ids(token_ids, model.config, start_pos)
     key_padding = key_padding_of(ids, model.config, attention_mask, resolve_pad_masking(model.config, pad_masking))

@@ -97,23 +97,55 @@ def add_validate_arguments(p: Any) -> None:
 
 def validation_backend(args: argparse.Namespace) -> Any:
     """The backend ``pldr-ref validate`` judges: ``--onnx FILE`` or ``--backend MODULE:ATTR`` (exactly one);
-    ValueError when neither or both is given or the file is unusable."""
+    ValueError when neither or both is given or the file is unusable.  With ``--timeout``, an ONNX file (and an
+    engine backend) runs in a child process killed at the limit (:mod:`pldr_ref.harness.engine_process`); the
+    file's size and structure are checked here first."""
     from pldr_ref.harness.protocol import load_backend
 
     if bool(args.backend) == bool(getattr(args, "onnx", None)):
         raise ValueError("give exactly one of --backend MODULE:ATTR and --onnx MODEL.onnx")
     if args.backend:
-        return load_backend(args.backend)
+        child = child_process_backend(("spec", args.backend), getattr(args, "timeout", None))
+        return child if child is not None else load_backend(args.backend)
     from pldr_ref.backends.onnx_backend import OnnxFileBackend
+    from pldr_ref.backends.onnx_loading import ModelFileError, stat_model_file
+    from pldr_ref.memory_budget import MemoryBudgetError
 
     path = Path(args.onnx)
     if not path.is_file():
         raise ValueError(f"--onnx {path}: no such file")
     try:
-        backend = OnnxFileBackend(str(path))
+        from pldr_ref.backends.onnx_loading import scan_model_fields
+
+        size = stat_model_file(path)  # cheap checks before any child starts or the file is read
+        with open(path, "rb") as fh:
+            scan_model_fields(fh, size, str(path))
+        backend = child_process_backend(("onnx", str(path)), getattr(args, "timeout", None))
+        if backend is None:
+            backend = OnnxFileBackend(str(path))
     except ImportError as exc:
         raise ValueError(str(exc)) from exc
+    except (ModelFileError, MemoryBudgetError) as exc:  # refused before loading; the message names the file
+        raise ValueError(f"--onnx {exc}") from exc
+    except ValueError:
+        raise
     except Exception as exc:  # onnx / onnxruntime raise their own error types for a malformed file
         raise ValueError(f"--onnx {path} cannot be loaded: {exc}") from exc
     args.backend = f"onnx:{path}"
     return backend
+
+
+def child_process_backend(recipe: tuple[str, str], timeout: float | None) -> Any:
+    """A :class:`pldr_ref.harness.engine_process.ProcessBackend` of ``recipe`` when ``validate`` runs it in a child
+    process (:func:`pldr_ref.harness.engine_process.wants_child_process`), else None; its start and the backend's
+    construction are bounded by ``timeout`` too (ValueError past it)."""
+    from pldr_ref.harness.engine_process import ProcessBackend, wants_child_process
+    from pldr_ref.harness.protocol import CaseTimeout
+
+    if not wants_child_process(recipe, timeout):
+        return None
+    try:
+        return ProcessBackend(recipe, start_timeout=timeout)
+    except CaseTimeout as exc:
+        raise ValueError(f"{'--onnx' if recipe[0] == 'onnx' else '--backend'} {recipe[1]}: loading the backend "
+                         f"ran past --timeout {timeout:g} s") from exc

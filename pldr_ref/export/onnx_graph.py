@@ -97,12 +97,30 @@ class GraphBuilder:
         self.outputs.append(name)
 
 
+class NotExpressibleError(ValueError):
+    """A config with switch values the exported graph does not compute; the message names each of them."""
+
+
+def check_expressible(config: PLDRConfig) -> None:
+    """Refuse, before any node is built, every switch value of ``config`` that the graph does not compute (the
+    switch table's ``onnx`` column, :func:`pldr_ref.switches.unsupported`): exporting it anyway would write a model
+    whose logits follow another value of the switch."""
+    from pldr_ref.switches import BY_NAME, unsupported
+
+    off = unsupported("onnx", config)
+    if off:
+        detail = ", ".join(f"{k}={v!r} (the graph computes {' / '.join(BY_NAME[k].engines['onnx'])})"
+                           for k, v in sorted(off.items()))
+        raise NotExpressibleError(f"cannot export this config to ONNX: {detail}")
+
+
 class PLDRGraph:
     """The forward map of one config as ONNX nodes (see module docstring)."""
 
     def __init__(self, config: PLDRConfig, params: Params, dtype: str = "float32") -> None:
         if dtype not in EXPORT_DTYPES:
             raise ValueError(f"ONNX export dtype must be one of {EXPORT_DTYPES}, got {dtype!r}")
+        check_expressible(config)
         self.onnx = import_onnx()
         self.T = self.onnx.TensorProto
         self.c = config

@@ -143,7 +143,8 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         if args.backend and not getattr(args, "onnx", None):
-            backend = load_backend_checked(args.backend)
+            backend = (onnx_cli.child_process_backend(("spec", args.backend), args.timeout or None)  # engines
+                       or load_backend_checked(args.backend))
         else:  # --onnx MODEL.onnx, or neither / both given (pldr_ref.export.cli says which)
             backend = onnx_cli.validation_backend(args)
         dtypes = parse_dtypes(args.dtype, backend.capabilities().dtypes)

@@ -21,6 +21,7 @@ import numpy as np
 
 from pldr_ref.attention import causal_padding_mask
 from pldr_ref.harness.compare import TensorComparison, compare_tensor
+from pldr_ref.harness.output_types import output_type_problem, widened
 from pldr_ref.harness.stage_reference import reference_stage
 from pldr_ref.harness.tolerance import (
     Allowance,
@@ -121,12 +122,10 @@ def judge(name: str, stage: str | None, expected: np.ndarray, actual: np.ndarray
     """Compare and apply ``allowance``: pass iff the max test (no element outside it, no NaN/inf class
     difference) and, when set, the relative RMS, offset and gain tests hold.  A not-judged output still
     fails on a NaN/inf class difference when it counts against the verdict (``judgeable`` False)."""
-    try:
-        actual = np.asarray(actual)
-        if actual.dtype.kind not in "fiub":
-            raise TypeError(f"dtype {actual.dtype}")
-    except (TypeError, ValueError) as exc:
-        return OutputResult(name, stage, "fail", None, allowance, note=f"not a numeric array ({exc})")
+    why = output_type_problem(expected, actual)  # never parsed or converted (pldr_ref.harness.output_types)
+    if why is not None:
+        return OutputResult(name, stage, "fail", None, allowance, note=f"not a numeric array of its type ({why})")
+    actual = widened(actual)
     if allowance.judged:
         cmp = compare_tensor(name, expected, actual, dtype, allowance.atol, allowance.rtol)
         problems = failed_tests(cmp, allowance)

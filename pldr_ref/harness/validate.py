@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from pldr_ref.harness.deadline import case_deadline
 from pldr_ref.harness.isolation import isolate_stages
 from pldr_ref.harness.localize import (
     OUTSIDE_WIDE,
@@ -38,6 +39,7 @@ from pldr_ref.harness.localize import (
     read_only,
     unrepresentable_stage,
 )
+from pldr_ref.harness.output_types import checked_outputs
 from pldr_ref.harness.protocol import CaseTimeout, Unsupported, primary_outputs, unsupported_reason
 from pldr_ref.harness.representable import representable_part
 from pldr_ref.harness.tolerance import RULE_NOT_JUDGEABLE, Allowance, case_baselines, output_allowance
@@ -256,9 +258,22 @@ def describe_first_failure(outputs: list[OutputResult], stages: list[StageResult
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float | None) -> Iterator[None]:
-    """Raise :class:`CaseTimeout` inside the block after ``seconds`` (SIGALRM; only in the main thread of a
-    POSIX process, elsewhere no limit)."""
+def time_limit(seconds: float | None, backend: Any = None) -> Iterator[None]:
+    """Raise :class:`CaseTimeout` inside the block after ``seconds``: for a ``backend`` that enforces the deadline
+    itself (``enforces_deadline``: :class:`pldr_ref.harness.engine_process.ProcessBackend`, which kills its child
+    process at it, whatever native call runs there), that deadline; for any other, a SIGALRM (Python code; only
+    in the main thread of a POSIX process, elsewhere no limit)."""
+    if getattr(backend, "enforces_deadline", False):
+        with case_deadline(seconds):
+            yield
+        return
+    with _alarm(seconds):
+        yield
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float | None) -> Iterator[None]:
+    """The SIGALRM half of :func:`time_limit`."""
     usable = (seconds is not None and seconds > 0 and hasattr(signal, "setitimer")
               and threading.current_thread() is threading.main_thread())
     if not usable:
@@ -311,10 +326,11 @@ def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, 
     seen = guarded if guarded is not None else guarded_case(case)
     stages: list[StageResult] = []
     try:
-        with time_limit(timeout):
+        with time_limit(timeout, backend):
             produced = backend.run_case(seen, dtype)
             if not isinstance(produced, Mapping):
                 return done("error", f"run_case returned {type(produced).__name__}, expected a dict of arrays")
+            produced = checked_outputs(case.outputs, produced)  # OutputTypeError: an error verdict naming them
             outputs = compare_outputs(backend, case, dtype, produced)
             if isolate:
                 stages = isolate_stages(backend, seen, dtype)

@@ -150,8 +150,8 @@ def generate(
     The prompt pass is a full causal forward of ``prompt_ids`` [B, T]; each later call is made as
     ``mode`` says (see :mod:`pldr_ref.inference.modes`).  Generation stops after ``max_new_tokens``
     or once every row has produced ``eos_id`` (rows that finished early keep being extended).
-    In mode ``"hf-generate"`` with a left-padded ``attention_mask`` the RoPE positions are HF ``generate``'s per-row
-    ``cumsum(mask) - 1`` (padding at 0 in transformers 5.x, at 1 in mode ``"hf-generate-4.x"``); explicit
+    In mode ``"hf-generate-5.x"`` with a left-padded ``attention_mask`` the RoPE positions are HF ``generate``'s
+    per-row ``cumsum(mask) - 1`` (padding at 0 in transformers 5.x, at 1 in mode ``"hf-generate-4.x"``); explicit
     ``position_ids`` [B, T] of the prompt override them, and each row's later tokens continue from its last
     position.  ``rope_table`` is the table of ``rope_table="explicit"``, ``softmax_kernel`` the float32 softmax of
     ``softmax_precision="explicit"``.  ``check_finite_values=False`` lets NaN/inf logits through every call

@@ -11,18 +11,26 @@ A mode says what is frozen after the prompt (prefill) pass:
 | ``none`` | off | off | whole growing sequence, everything recomputed (sequential generation) |
 | ``hf`` | on | on | HF ``use_cache=True``: causal + padding mask on cached steps, any step length |
 | ``hf-first-G`` | on | on | as ``hf`` with HF ``cache_first_G=True`` (sample 0's operators for the whole batch) |
-| ``hf-generate`` | on | on | as ``hf``, with HF ``generate``'s per-row positions cumsum(mask) - 1 of the current |
-| | | | transformers release (5.x: pads at 0); ``hf-generate-4.x`` / ``hf-generate-5.x`` name the version |
-| ``hf-generate-first-G`` | on | on | as ``hf-generate`` with ``cache_first_G=True`` (``hf-generate-4.x-first-G`` ...) |
+| ``hf-generate-5.x`` | on | on | as ``hf``, with HF ``generate``'s per-row positions cumsum(mask) - 1 of transformers |
+| | | | 5.x (the current release: pads at 0); ``hf-generate-4.x``: transformers 4.x (pads at 1) |
+| ``hf-generate-5.x-first-G`` | on | on | as ``hf-generate-5.x`` with ``cache_first_G=True`` (also ``-4.x-first-G``) |
 
 An ``initial_g_cache`` (PT-v510 ``Gcachelst_init``) is used at every step, in every mode.
+
+Deprecated names (kept for one version, each with a ``DeprecationWarning`` naming what to use; CHANGELOG.md):
+mode ``"hf-generate"`` keeps the meaning it had before the transformers versions were named, the 4.x rule
+(``"hf-generate-4.x"``); ``"hf-generate-first-G"`` keeps its 5.x rule (``"hf-generate-5.x-first-G"``);
+``HF_PAD_POSITION`` (1), ``HF_GENERATE_MODE`` (the 4.x mode), ``hf_position_ids(mask)`` without ``transformers``
+(4.x) and ``InferenceMode(hf_positions=True)`` (``"4.x"``) likewise.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,8 +54,20 @@ PLDRV51_G_FILE = TRAINED_G_LM_FILE
 #: 5.x ``GenerationMixin._prepare_position_ids_for_generation`` (``.masked_fill(attention_mask == 0, 0)``).
 HF_PAD_POSITIONS: dict[str, int] = {"4.x": 1, "5.x": 0}
 
-#: The transformers release whose ``generate`` rule is the default (the current release).
+#: The current transformers release (the default of :func:`hf_generate_mode`).
 HF_CURRENT_TRANSFORMERS = "5.x"
+
+#: The transformers rule the version-less names meant before the versions were named (pads at 1): the deprecated
+#: ``"hf-generate"``, ``HF_PAD_POSITION``, ``HF_GENERATE_MODE``, ``hf_position_ids(mask)`` and ``hf_positions=True``
+#: keep it for one version.
+HF_LEGACY_TRANSFORMERS = "4.x"
+
+
+def warn_deprecated(old: str, meaning: str, use: str) -> None:
+    """One ``DeprecationWarning``: ``old`` still works for one version with ``meaning``; ``use`` says what to use
+    instead (the warning points at the caller's caller)."""
+    warnings.warn(f"{old} is deprecated and will be removed in the next version; it keeps {meaning}; use {use}",
+                  DeprecationWarning, stacklevel=3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +93,11 @@ class InferenceMode:
     hf_positions: str | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.hf_positions, bool):  # the field was a bool before the transformers versions were named
+            warn_deprecated(f"InferenceMode(hf_positions={self.hf_positions})",
+                            "its old meaning (True: the 4.x rule, pads at 1)",
+                            "hf_positions='4.x' or '5.x' (the current release), or None")
+            object.__setattr__(self, "hf_positions", HF_LEGACY_TRANSFORMERS if self.hf_positions else None)
         if self.cached_mask not in CACHED_MASKS:
             raise ValueError(f"InferenceMode.cached_mask must be one of {CACHED_MASKS}, got {self.cached_mask!r}")
         if self.hf_positions is not None and self.hf_positions not in HF_PAD_POSITIONS:
@@ -91,13 +116,19 @@ NATIVE_MODES: dict[str, InferenceMode] = {
 #: HF ``use_cache=True`` (spec §8.2); ``use_cache=False`` is native ``"none"``.
 HF_MODE = InferenceMode("hf", kv_cache=True, g_cache=True, cached_mask="causal", pad_from_token=False)
 
-def hf_position_ids(attention_mask: np.ndarray, transformers: str = HF_CURRENT_TRANSFORMERS) -> np.ndarray:
+def hf_position_ids(attention_mask: np.ndarray, transformers: str | None = None) -> np.ndarray:
     """HF ``generate``'s per-row positions [B, T]: cumsum(mask, axis=1) - 1, and where mask = 0 the padding
-    position of ``transformers`` (:data:`HF_PAD_POSITIONS`: 1 for ``"4.x"``, 0 for ``"5.x"``, the default).
+    position of ``transformers`` (:data:`HF_PAD_POSITIONS`: 1 for ``"4.x"``, 0 for ``"5.x"``, the current release).
 
     With left padding, every row's first real token sits at position 0; without padding this is arange(T).
-    ``[[0, 0, 1, 1, 1]]`` gives ``[[0, 0, 0, 1, 2]]`` (5.x) or ``[[1, 1, 0, 1, 2]]`` (4.x).
+    ``[[0, 0, 1, 1, 1]]`` gives ``[[0, 0, 0, 1, 2]]`` (5.x) or ``[[1, 1, 0, 1, 2]]`` (4.x).  Without
+    ``transformers`` (deprecated): the 4.x rule it had before the versions were named, with a warning.
     """
+    if transformers is None:
+        warn_deprecated("hf_position_ids(attention_mask) without transformers=",
+                        "its old meaning, the transformers 4.x rule (pads at 1)",
+                        f"hf_position_ids(mask, '4.x') or hf_position_ids(mask, {HF_CURRENT_TRANSFORMERS!r})")
+        transformers = HF_LEGACY_TRANSFORMERS
     if transformers not in HF_PAD_POSITIONS:
         raise ValueError(f"transformers={transformers!r} is not one of {sorted(HF_PAD_POSITIONS)} (the HF generate "
                          "position rules reproduced)")
@@ -123,26 +154,61 @@ def hf_generate_mode(transformers: str = HF_CURRENT_TRANSFORMERS, cache_first_G:
     return dataclasses.replace(HF_MODE, name=name, hf_positions=transformers, cache_first_G=cache_first_G)
 
 
-#: HF ``generate`` of the current transformers release (:data:`HF_CURRENT_TRANSFORMERS`), named ``hf-generate``.
-HF_GENERATE_MODE = dataclasses.replace(hf_generate_mode(), name="hf-generate")
-
-#: Every HF mode by name: ``hf``, ``hf-first-G``, ``hf-generate`` and ``hf-generate-first-G`` (current release),
-#: ``hf-generate-<version>`` and ``hf-generate-<version>-first-G`` for every version in :data:`HF_PAD_POSITIONS`.
+#: Every HF mode by name: ``hf``, ``hf-first-G``, ``hf-generate-<version>`` and ``hf-generate-<version>-first-G``
+#: for every version in :data:`HF_PAD_POSITIONS`.
 HF_MODES: dict[str, InferenceMode] = {
     "hf": HF_MODE,
     "hf-first-G": hf_mode(cache_first_G=True),
-    "hf-generate": HF_GENERATE_MODE,
-    "hf-generate-first-G": dataclasses.replace(hf_generate_mode(cache_first_G=True), name="hf-generate-first-G"),
     **{m.name: m for v in HF_PAD_POSITIONS for m in (hf_generate_mode(v), hf_generate_mode(v, cache_first_G=True))},
 }
 
+#: Deprecated mode names (one more version) -> (the named mode whose rule they keep, what the warning says it is).
+DEPRECATED_MODES: dict[str, tuple[str, str]] = {
+    "hf-generate": (f"hf-generate-{HF_LEGACY_TRANSFORMERS}", "its meaning from before the transformers versions were "
+                    "named, the 4.x rule (pads at 1)"),
+    "hf-generate-first-G": (f"hf-generate-{HF_CURRENT_TRANSFORMERS}-first-G", "its meaning, the 5.x rule (pads at 0)"),
+}
+
+
+def deprecated_mode(name: str) -> InferenceMode:
+    """The mode a deprecated name keeps (:data:`DEPRECATED_MODES`), under that name, with a ``DeprecationWarning``
+    that names the versioned modes to use."""
+    target, meaning = DEPRECATED_MODES[name]
+    warn_deprecated(f"inference mode {name!r}", f"{meaning}, as {target!r}",
+                    f"{target!r} for this rule, or 'hf-generate-{HF_CURRENT_TRANSFORMERS}' / "
+                    f"'hf-generate-{HF_LEGACY_TRANSFORMERS}' (with '-first-G' for cache_first_G) to name the "
+                    "transformers version")
+    return dataclasses.replace(HF_MODES[target], name=name)
+
+
+#: Deprecated module attributes -> (value factory, what it keeps, what to use).
+_DEPRECATED_ATTRIBUTES: dict[str, tuple[Any, str, str]] = {
+    "HF_PAD_POSITION": (lambda: HF_PAD_POSITIONS[HF_LEGACY_TRANSFORMERS], "its value 1 (the transformers 4.x rule)",
+                        f"HF_PAD_POSITIONS['4.x'] or HF_PAD_POSITIONS[{HF_CURRENT_TRANSFORMERS!r}]"),
+    "HF_GENERATE_MODE": (lambda: dataclasses.replace(HF_MODES["hf-generate-4.x"], name="hf-generate"),
+                         "its meaning, HF generate with the transformers 4.x rule (pads at 1)",
+                         "HF_MODES['hf-generate-4.x'] or hf_generate_mode('5.x')"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Deprecated module attributes (:data:`_DEPRECATED_ATTRIBUTES`), each with a ``DeprecationWarning``."""
+    if name in _DEPRECATED_ATTRIBUTES:
+        make, meaning, use = _DEPRECATED_ATTRIBUTES[name]
+        warn_deprecated(f"pldr_ref.inference.modes.{name}", meaning, use)
+        return make()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def resolve_mode(mode: str | InferenceMode) -> InferenceMode:
-    """An :class:`InferenceMode` from itself or a name in :data:`NATIVE_MODES` or :data:`HF_MODES`."""
+    """An :class:`InferenceMode` from itself or a name in :data:`NATIVE_MODES` or :data:`HF_MODES` (or a
+    deprecated name in :data:`DEPRECATED_MODES`, with a warning)."""
     if isinstance(mode, InferenceMode):
         return mode
     if mode in HF_MODES:
         return HF_MODES[mode]
+    if mode in DEPRECATED_MODES:
+        return deprecated_mode(mode)
     if mode not in NATIVE_MODES:
         raise ValueError(f"unknown inference mode {mode!r}; available: {[*NATIVE_MODES, *HF_MODES]}")
     return NATIVE_MODES[mode]
@@ -155,7 +221,7 @@ class DecodeState:
     ids [B, T]: every token so far; attention_mask [B, T] (HF, 1 = keep) or None;
     kv_cache / g_cache: the caches the mode keeps (None when off); rope_table: the explicit RoPE table (or
     None); position_ids [B, T]: the RoPE positions of every token so far when they were given explicitly
-    (None: the sequence index, or HF generate's positions in mode ``hf-generate``); softmax_kernel: the
+    (None: the sequence index, or HF generate's positions in mode ``hf-generate-<version>``); softmax_kernel: the
     explicit float32 softmax (or None); check_finite_values: whether every call raises on NaN/inf.
     """
 
@@ -289,26 +355,38 @@ def load_external_g(path: str | os.PathLike[str], config: PLDRConfig) -> np.ndar
     (layers, heads or d_k) when the array does not fit the configuration.  Values are widened to
     float64 exactly.  The shipped file is PLDRv51-110M-1's trained G_LM: L=5, H=14, d_k=64.
     """
+    from pldr_ref.array_headers import check_arrays_budget, npz_headers
+
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"external G file {p} does not exist")
+    headers = npz_headers(p)  # names, shapes and the budget checked before anything is decompressed
+    if EXTERNAL_G_KEY not in headers:
+        raise ValueError(f"{p} has no array {EXTERNAL_G_KEY!r} (found {sorted(headers)})")
+    check_external_g_shape(headers[EXTERNAL_G_KEY].shape, config, p)
+    check_arrays_budget(f"external G file {p}", [headers[EXTERNAL_G_KEY]])
     with np.load(p, allow_pickle=False) as z:
-        if EXTERNAL_G_KEY not in z.files:
-            raise ValueError(f"{p} has no array {EXTERNAL_G_KEY!r} (found {z.files})")
         g = np.asarray(z[EXTERNAL_G_KEY])
-    if g.ndim == 5 and g.shape[1] == 1:
+    check_external_g_shape(g.shape, config, p)
+    if g.ndim == 5:
         g = g[:, 0]
-    if g.ndim != 4:
-        raise ValueError(f"{p}: {EXTERNAL_G_KEY} has shape {g.shape}, expected [L, H, d_k, d_k]")
-    for axis, (name, want) in enumerate(
-        (("num_layers", config.num_layers), ("num_heads", config.num_heads), ("d_k", config.d_k), ("d_k", config.d_k))
-    ):
-        if g.shape[axis] != want:
-            raise ValueError(f"{p}: {EXTERNAL_G_KEY} has shape {g.shape}; axis {axis} is {g.shape[axis]}, "
-                             f"config {name}={want}")
     if not np.issubdtype(g.dtype, np.floating) or not np.all(np.isfinite(g)):
         raise ValueError(f"{p}: {EXTERNAL_G_KEY} must be finite floats, got dtype {g.dtype}")
     return g.astype(np.float64)
+
+
+def check_external_g_shape(shape: tuple[int, ...], config: PLDRConfig, p: Path) -> None:
+    """``ValueError`` unless ``shape`` is [L, H, d_k, d_k] (or [L, 1, H, d_k, d_k]) of ``config``, naming the axis."""
+    if len(shape) == 5 and shape[1] == 1:
+        shape = shape[:1] + shape[2:]
+    if len(shape) != 4:
+        raise ValueError(f"{p}: {EXTERNAL_G_KEY} has shape {shape}, expected [L, H, d_k, d_k]")
+    for axis, (name, want) in enumerate(
+        (("num_layers", config.num_layers), ("num_heads", config.num_heads), ("d_k", config.d_k), ("d_k", config.d_k))
+    ):
+        if shape[axis] != want:
+            raise ValueError(f"{p}: {EXTERNAL_G_KEY} has shape {shape}; axis {axis} is {shape[axis]}, "
+                             f"config {name}={want}")
 
 
 def params_with_external_g(params: Params, path: str | os.PathLike[str] | None = None) -> Params:
@@ -336,14 +414,27 @@ def external_g_config(**overrides: object) -> PLDRConfig:
 
 # ----------------------------------------------------------------------------- teacher forcing
 def teacher_forced_logits(
-    params: Params, prompt_ids: np.ndarray, continuation: np.ndarray, mode: str | InferenceMode
+    params: Params,
+    prompt_ids: np.ndarray,
+    continuation: np.ndarray,
+    mode: str | InferenceMode,
+    *,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
 ) -> np.ndarray:
     """Final-row logits [B, n, V] of the decoding loop of ``mode`` forced through ``continuation`` [B, n]:
-    row j is the conditional after prompt + continuation[:, :j] (one token per call, as native decoding)."""
+    row j is the conditional after prompt + continuation[:, :j] (one token per call, as native decoding).
+    ``attention_mask`` / ``position_ids`` are the prompt's (:func:`prefill`; the continuation's tokens are kept
+    and continue each row's positions); ``rope_table``, ``softmax_kernel``, ``check_finite_values`` as forward's."""
     cont = np.asarray(continuation)
     if cont.ndim != 2 or cont.shape[0] != np.shape(prompt_ids)[0] or cont.shape[1] == 0:
         raise ValueError(f"continuation must be [B, n>=1] with the prompt's B, got shape {cont.shape}")
-    step, state = prefill(params, prompt_ids, mode)
+    step, state = prefill(params, prompt_ids, mode, attention_mask=attention_mask, position_ids=position_ids,
+                          rope_table=rope_table, softmax_kernel=softmax_kernel,
+                          check_finite_values=check_finite_values)
     rows = [step.logits[:, -1]]
     for j in range(cont.shape[1] - 1):  # sequential: each call appends one token
         logits, _, state = advance(params, state, cont[:, j : j + 1], mode)
@@ -352,11 +443,23 @@ def teacher_forced_logits(
 
 
 def cache_gap(
-    params: Params, prompt_ids: np.ndarray, continuation: np.ndarray, mode: str | InferenceMode = "kv+g"
+    params: Params,
+    prompt_ids: np.ndarray,
+    continuation: np.ndarray,
+    mode: str | InferenceMode = "kv+g",
+    *,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
 ) -> float:
     """Relative logit gap max|cached - recomputed| / max|recomputed| between ``mode`` and full prefix
-    recomputation (native ``"none"``) on the same forced continuation (Proposition 5.2(i) measured)."""
-    cached = teacher_forced_logits(params, prompt_ids, continuation, mode)
-    full = teacher_forced_logits(params, prompt_ids, continuation, "none")
+    recomputation (native ``"none"``) on the same forced continuation (Proposition 5.2(i) measured); the explicit
+    inputs as :func:`teacher_forced_logits` takes them, for both runs."""
+    explicit = dict(attention_mask=attention_mask, position_ids=position_ids, rope_table=rope_table,
+                    softmax_kernel=softmax_kernel, check_finite_values=check_finite_values)
+    cached = teacher_forced_logits(params, prompt_ids, continuation, mode, **explicit)
+    full = teacher_forced_logits(params, prompt_ids, continuation, "none", **explicit)
     gap = float(np.max(np.abs(cached - full)))
     return 0.0 if gap == 0.0 else gap / float(np.max(np.abs(full)))

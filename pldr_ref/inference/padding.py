@@ -12,9 +12,12 @@ import dataclasses
 
 import numpy as np
 
+from pldr_ref.attention import SoftmaxKernel
 from pldr_ref.constants import PAD_ID
+from pldr_ref.inference.explicit import ExplicitInputs
 from pldr_ref.model import forward
 from pldr_ref.params import Params
+from pldr_ref.rope import RopeTable
 
 
 def append_right_padding(token_ids: np.ndarray, pad_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -40,13 +43,29 @@ class PaddingEffect:
     relative: float
 
 
-def final_real_row_effect(params: Params, token_ids: np.ndarray, pad_tokens: np.ndarray) -> PaddingEffect:
+def final_real_row_effect(
+    params: Params,
+    token_ids: np.ndarray,
+    pad_tokens: np.ndarray,
+    *,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
+) -> PaddingEffect:
     """Compare the unpadded call's final row with row S-1 of the right-padded call (padding masked by
-    an attention mask, so only the Gram sees it).  Zero exactly when padding has no effect."""
+    an attention mask, so only the Gram sees it).  Zero exactly when padding has no effect.  The explicit
+    inputs are the unpadded ids'; the appended pads get mask 0 and continue each row's positions."""
     ids = np.asarray(token_ids)
     padded, mask = append_right_padding(ids, pad_tokens)
-    a = forward(params, ids).logits[:, -1]
-    b = forward(params, padded, attention_mask=mask).logits[:, ids.shape[1] - 1]
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x.check_length(ids.shape[1])
+    xp = x.extended(padded.shape[1] - ids.shape[1], mask_value=0)
+    if xp.attention_mask is None:
+        xp = dataclasses.replace(xp, attention_mask=mask)
+    a = forward(params, ids, **x.forward_kwargs()).logits[:, -1]
+    b = forward(params, padded, **xp.forward_kwargs()).logits[:, ids.shape[1] - 1]
     diff = float(np.max(np.abs(a - b)))
     rel = 0.0 if diff == 0.0 else float(np.linalg.norm(a - b) / np.linalg.norm(a))
     return PaddingEffect(diff, rel)
@@ -80,8 +99,22 @@ def strip_right_padding(
 
 
 def stripped_logits(
-    params: Params, token_ids: np.ndarray, attention_mask: np.ndarray | None = None, pad_id: int = PAD_ID
+    params: Params,
+    token_ids: np.ndarray,
+    attention_mask: np.ndarray | None = None,
+    pad_id: int = PAD_ID,
+    *,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
 ) -> list[np.ndarray]:
-    """Logits [n_b, V] of each row scored as its own unpadded call (the deployed S = t interface)."""
+    """Logits [n_b, V] of each row scored as its own unpadded call (the deployed S = t interface); the explicit
+    inputs are the padded batch's (each row takes its real tokens' positions)."""
+    ids = np.asarray(token_ids)
+    x = ExplicitInputs(None, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x.check_length(ids.shape[1])
+    rows = strip_right_padding(ids, attention_mask, pad_id)
     # one call per row: rows of different lengths cannot share a call without padding the Gram
-    return [forward(params, row).logits[0] for row in strip_right_padding(token_ids, attention_mask, pad_id)]
+    return [forward(params, row, **x.row(b).prefix(row.shape[1]).forward_kwargs()).logits[0]
+            for b, row in enumerate(rows)]

@@ -21,11 +21,14 @@ import dataclasses
 
 import numpy as np
 
+from pldr_ref.attention import SoftmaxKernel
 from pldr_ref.constants import HF_IGNORE_INDEX, PAD_ID
+from pldr_ref.inference.explicit import ExplicitInputs
 from pldr_ref.inference.generation import GenerationResult, SamplingConfig, generate, log_softmax
 from pldr_ref.inference.modes import InferenceMode, teacher_forced_logits
 from pldr_ref.model import forward
 from pldr_ref.params import Params
+from pldr_ref.rope import RopeTable
 
 #: The five semantics of paper §4.5, by the paper's names.
 SEMANTICS = (
@@ -90,41 +93,88 @@ def hf_causal_lm_loss(logits: np.ndarray, labels: np.ndarray, ignore_index: int 
     return TokenScores(np.where(keep, token_nll(logits[:, :-1], safe), 0.0), keep)
 
 
-def blockwise_cross_entropy(params: Params, token_ids: np.ndarray, pad_id: int = PAD_ID) -> TokenScores:
+def blockwise_cross_entropy(
+    params: Params,
+    token_ids: np.ndarray,
+    pad_id: int = PAD_ID,
+    *,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
+) -> TokenScores:
     """Semantics 1 (native): one call on tar_inp = seq[:, :-1], CE against tar_real = seq[:, 1:], pad id masked.
 
     ``.mean`` is the native loss; ``.total`` the summed NLL comparable with :func:`sequential_nll`.
     """
     ids = _as_batch(token_ids)
-    out = forward(params, ids[:, :-1])
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x.check_length(ids.shape[1])
+    out = forward(params, ids[:, :-1], **x.prefix(ids.shape[1] - 1).forward_kwargs())
     return masked_cross_entropy(out.logits, ids[:, 1:], pad_id)
 
 
 def hf_blockwise_cross_entropy(
-    params: Params, input_ids: np.ndarray, labels: np.ndarray, attention_mask: np.ndarray | None = None
+    params: Params,
+    input_ids: np.ndarray,
+    labels: np.ndarray,
+    attention_mask: np.ndarray | None = None,
+    *,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
 ) -> TokenScores:
     """Semantics 1 (HF variant): one call on ``input_ids`` (padding from ``attention_mask`` only, not id 0),
     loss over labels shifted internally, -100 ignored."""
     ids = _as_batch(input_ids)
-    out = forward(params, ids, attention_mask=attention_mask, pad_masking=False)
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x.check_length(ids.shape[1])
+    out = forward(params, ids, pad_masking=False, **x.forward_kwargs())
     return hf_causal_lm_loss(out.logits, labels)
 
 
-def prefix_final_row_logits(params: Params, token_ids: np.ndarray, start: int = 1) -> np.ndarray:
+def prefix_final_row_logits(
+    params: Params,
+    token_ids: np.ndarray,
+    start: int = 1,
+    *,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
+) -> np.ndarray:
     """Logits [B, T-start+1, V]: row j is the final row of the prefix call on x_{0 : start+j} (paper eq. 4.8)."""
     ids = _as_batch(token_ids, min_len=1)
     if not 1 <= start <= ids.shape[1]:
         raise ValueError(f"start={start} must be in [1, {ids.shape[1]}]")
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x.check_length(ids.shape[1])
     # one call per prefix is the definition of this semantics: the calls see different inputs
-    rows = [forward(params, ids[:, :t]).logits[:, -1] for t in range(start, ids.shape[1] + 1)]
+    rows = [forward(params, ids[:, :t], **x.prefix(t).forward_kwargs()).logits[:, -1]
+            for t in range(start, ids.shape[1] + 1)]
     return np.stack(rows, axis=1)
 
 
-def sequential_nll(params: Params, token_ids: np.ndarray, pad_id: int = PAD_ID) -> TokenScores:
+def sequential_nll(
+    params: Params,
+    token_ids: np.ndarray,
+    pad_id: int = PAD_ID,
+    *,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
+) -> TokenScores:
     """Semantics 2: nll[b, t] = -log p(x_{t+1} | x_{0:t}) from the final row of the prefix call on x_{0:t},
     t = 0..T-2; targets equal to ``pad_id`` are not counted (the blockwise mask)."""
     ids = _as_batch(token_ids)
-    logits = prefix_final_row_logits(params, ids[:, :-1])
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x.check_length(ids.shape[1])
+    logits = prefix_final_row_logits(params, ids[:, :-1], **x.prefix(ids.shape[1] - 1).forward_kwargs())
     return masked_cross_entropy(logits, ids[:, 1:], pad_id)
 
 
@@ -135,33 +185,60 @@ def _candidate_list(candidates: list[np.ndarray] | np.ndarray) -> list[np.ndarra
     return cands
 
 
-def one_pass_block_scores(params: Params, context: np.ndarray, candidates: list[np.ndarray]) -> np.ndarray:
+def _context(context: np.ndarray, x: ExplicitInputs) -> np.ndarray:
+    ctx = np.asarray(context, dtype=np.int64).reshape(-1)
+    if ctx.size == 0:
+        raise ValueError("context must hold at least one token")
+    x.check_length(ctx.size, "the context")
+    return ctx
+
+
+def one_pass_block_scores(
+    params: Params,
+    context: np.ndarray,
+    candidates: list[np.ndarray],
+    *,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
+) -> np.ndarray:
     """Semantics 3: for each candidate c, one call on context + c; score = sum_j log p(c_j | row n+j-1).
 
     context: 1-D ids (n >= 1); candidates: 1-D id sequences.  Returns [n_candidates] log-probabilities.
     Candidates are scored in separate calls because padding them to one batch would change the
     global Gram (paper §4.5, padding at the Gram boundary).
     """
-    ctx = np.asarray(context, dtype=np.int64).reshape(-1)
-    if ctx.size == 0:
-        raise ValueError("context must hold at least one token")
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    ctx = _context(context, x)
     scores = []
     for c in _candidate_list(candidates):  # ragged lengths: one unpadded call each
         ids = np.concatenate([ctx, c])[None]
-        lp = log_softmax(forward(params, ids).logits[0, ctx.size - 1 : -1])
+        lp = log_softmax(forward(params, ids, **x.extended(c.size).forward_kwargs()).logits[0, ctx.size - 1 : -1])
         scores.append(np.sum(lp[np.arange(c.size), c]))
     return np.array(scores)
 
 
-def sequential_candidate_scores(params: Params, context: np.ndarray, candidates: list[np.ndarray]) -> np.ndarray:
+def sequential_candidate_scores(
+    params: Params,
+    context: np.ndarray,
+    candidates: list[np.ndarray],
+    *,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
+) -> np.ndarray:
     """Chain-rule scores of candidates: sum_j log p(c_j | context + c_{<j}) by final-row prefix calls."""
-    ctx = np.asarray(context, dtype=np.int64).reshape(-1)
-    if ctx.size == 0:
-        raise ValueError("context must hold at least one token")
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    ctx = _context(context, x)
     scores = []
     for c in _candidate_list(candidates):  # ragged lengths: one set of prefix calls each
         ids = np.concatenate([ctx, c])[None]
-        lp = log_softmax(prefix_final_row_logits(params, ids[:, :-1], start=ctx.size)[0])
+        xc = x.extended(c.size).prefix(ids.shape[1] - 1)
+        lp = log_softmax(prefix_final_row_logits(params, ids[:, :-1], start=ctx.size, **xc.forward_kwargs())[0])
         scores.append(np.sum(lp[np.arange(c.size), c]))
     return np.array(scores)
 
@@ -175,17 +252,32 @@ def sequential_generation(
     seed: int | np.random.Generator | None = 0,
     eos_id: int | None = None,
     return_traces: bool = False,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
 ) -> GenerationResult:
     """Semantics 4: the deployed online loop (eq. 4.8): every step is a fresh call on the known prefix
     (native mode ``"none"``, everything recomputed)."""
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
     return generate(
         params, _as_batch(prompt_ids, 1), max_new_tokens, mode="none", sampling=sampling, seed=seed,
-        eos_id=eos_id, return_traces=return_traces,
+        eos_id=eos_id, return_traces=return_traces, **x.forward_kwargs(),
     )
 
 
 def prompt_frozen_scores(
-    params: Params, prompt_ids: np.ndarray, continuation: np.ndarray, mode: str | InferenceMode = "kv+g"
+    params: Params,
+    prompt_ids: np.ndarray,
+    continuation: np.ndarray,
+    mode: str | InferenceMode = "kv+g",
+    *,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
 ) -> np.ndarray:
     """Semantics 5: teacher-forced log p(y_j | prompt, y_{<j}) with the caches frozen at the prompt pass.
 
@@ -193,7 +285,8 @@ def prompt_frozen_scores(
     native cached step does.  Returns log-probabilities [B, n].
     """
     cont = _as_batch(continuation, 1)
-    lp = log_softmax(teacher_forced_logits(params, _as_batch(prompt_ids, 1), cont, mode))
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    lp = log_softmax(teacher_forced_logits(params, _as_batch(prompt_ids, 1), cont, mode, **x.forward_kwargs()))
     return np.take_along_axis(lp, cont[..., None], axis=-1)[..., 0]
 
 
@@ -213,11 +306,24 @@ class ScoringGap:
     relative_total_gap: float
 
 
-def scoring_gap(params: Params, token_ids: np.ndarray, pad_id: int = PAD_ID) -> ScoringGap:
+def scoring_gap(
+    params: Params,
+    token_ids: np.ndarray,
+    pad_id: int = PAD_ID,
+    *,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
+) -> ScoringGap:
     """Measure blockwise cross-entropy against sequential NLL on ``token_ids`` [B, T] (paper §4.5, App. D)."""
     ids = _as_batch(token_ids)
-    block_logits = forward(params, ids[:, :-1]).logits
-    seq_logits = prefix_final_row_logits(params, ids[:, :-1])
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x.check_length(ids.shape[1])
+    head = x.prefix(ids.shape[1] - 1).forward_kwargs()
+    block_logits = forward(params, ids[:, :-1], **head).logits
+    seq_logits = prefix_final_row_logits(params, ids[:, :-1], **head)
     block = masked_cross_entropy(block_logits, ids[:, 1:], pad_id)
     seq = masked_cross_entropy(seq_logits, ids[:, 1:], pad_id)
     gap = abs(block.total - seq.total)
@@ -225,11 +331,22 @@ def scoring_gap(params: Params, token_ids: np.ndarray, pad_id: int = PAD_ID) -> 
     return ScoringGap(block, seq, float(np.max(np.abs(block_logits - seq_logits))), gap, rel)
 
 
-def prefix_consistency_gap(params: Params, token_ids: np.ndarray) -> float:
+def prefix_consistency_gap(
+    params: Params,
+    token_ids: np.ndarray,
+    *,
+    attention_mask: np.ndarray | None = None,
+    position_ids: np.ndarray | None = None,
+    rope_table: RopeTable | None = None,
+    softmax_kernel: SoftmaxKernel | None = None,
+    check_finite_values: bool = True,
+) -> float:
     """Violation of historical-row prefix consistency (paper Definition 4.8, eq. 4.14) on ``token_ids``:
     max_r |F(x)[r] - F(x_{0:r})[r]| / max |F(x_{0:r})[r]| over every row r of the logits (0 iff consistent)."""
     ids = _as_batch(token_ids, min_len=1)
-    block = forward(params, ids).logits
-    seq = prefix_final_row_logits(params, ids)
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x.check_length(ids.shape[1])
+    block = forward(params, ids, **x.forward_kwargs()).logits
+    seq = prefix_final_row_logits(params, ids, **x.forward_kwargs())
     gap = float(np.max(np.abs(block - seq)))
     return 0.0 if gap == 0.0 else gap / float(np.max(np.abs(seq)))
