@@ -1,7 +1,8 @@
 """``pldr-ref validate``: run a backend on the golden suite and print / write the verdict.
 
-    pldr-ref validate (--backend MODULE:ATTR | --onnx MODEL.onnx) [--dtype float64,float32 ...] [--suite-dir DIR]
-                      [--group model ...] [-k REGEX] [--out OUT.json] [--junit OUT.xml]
+    pldr-ref validate (--backend MODULE:ATTR | --onnx MODEL.onnx) [--dtype float64,float32 ...]
+                      [--suite-dir DIR | --profile NAME | --switch K=V ... | --own-config] [--group model ...]
+                      [-k REGEX] [--out OUT.json] [--junit OUT.xml]
                       [--timeout SECONDS] [--no-isolation] [--timing] [--quiet]
 
 Exit status: 0 when every case passes (or is unsupported / not applicable) and something was judged;
@@ -61,7 +62,56 @@ def register(subparsers: Any) -> None:
                                                           "byte-identical between runs)")
     p.add_argument("--quiet", action="store_true", help="print only the summary line, no progress")
     onnx_cli.add_validate_arguments(p)  # --onnx MODEL.onnx (pldr_ref.export.cli)
+    add_generated_arguments(p)  # --profile / --switch / --own-config (issue 30)
     p.set_defaults(func=main)
+
+
+def add_generated_arguments(p: argparse.ArgumentParser) -> None:
+    """``--profile NAME``, ``--switch K=V``, ``--own-config``: judge on a suite generated for the backend."""
+    g = p.add_argument_group("generated suites (docs/backends.md, 'validating an implementation of a released code "
+                             "base')")
+    g.add_argument("--profile", default=None, metavar="NAME",
+                   help="judge on the templates at the switch values of this released code base's profile "
+                        "(pt-v510-float32, tf-v500, hf-sdpa, ...); generated and calibrated on first use, cached")
+    g.add_argument("--switch", action="append", default=None, metavar="SWITCH=VALUE",
+                   help="judge on the templates at these switch values (repeatable)")
+    g.add_argument("--own-config", action="store_true",
+                   help="judge on the templates at the backend's own config (an ONNX file's pldr_ref.config)")
+
+
+def generated_suite_dir(args: argparse.Namespace, backend: Any, dtypes: list[str]) -> Path | None:
+    """The generated suite folder that ``--profile`` / ``--switch`` / ``--own-config`` ask for (None: none
+    asked); ``ValueError`` (a usage error) for an unknown profile or switch value, a backend without a config, a
+    combination with ``--suite-dir``, or an unusable cache folder."""
+    from pldr_ref.config import EMULATIONS
+
+    chosen = [f for f, on in (("--profile", args.profile), ("--switch", args.switch), ("--own-config",
+                                                                                      args.own_config)) if on]
+    if not chosen:
+        return None
+    if len(chosen) > 1:
+        raise ValueError(f"{' and '.join(chosen)} exclude each other: give one")
+    if args.suite_dir != DEFAULT_SUITE:
+        raise ValueError(f"{chosen[0]} generates its own suite: drop --suite-dir")
+    from pldr_ref.fixtures.templates import Target, parse_switches, profile_target
+    from pldr_ref.harness.profile_suites import backend_config, generated_suite
+
+    if args.profile:
+        if args.profile not in EMULATIONS:
+            raise ValueError(f"unknown profile {args.profile!r}; profiles: {', '.join(EMULATIONS)}")
+        target = profile_target(args.profile)
+    elif args.switch:
+        target = Target(switches=parse_switches(args.switch))
+    else:
+        config = backend_config(backend)
+        if config is None:
+            raise ValueError("--own-config needs a backend with a config (an ONNX file, or a backend attribute "
+                             "'config' holding a PLDRConfig)")
+        target = Target(config=config)
+    caps = backend.capabilities()
+    stages = () if args.no_isolation else tuple(caps.stages)
+    return generated_suite(target, tuple(caps.kinds), tuple(dtypes), stages=stages,
+                           progress=None if args.quiet else sys.stderr)
 
 
 def timeout_seconds(text: str) -> float:
@@ -132,7 +182,8 @@ def main(args: argparse.Namespace) -> int:
         else:  # --onnx MODEL.onnx, or neither / both given (pldr_ref.export.cli says which)
             backend = onnx_cli.validation_backend(args)
         dtypes = parse_dtypes(args.dtype, backend.capabilities().dtypes)
-        root = suite_root(args.suite_dir)
+        generated = generated_suite_dir(args, backend, dtypes)
+        root = generated if generated is not None else suite_root(args.suite_dir)
         cases, problems = load_suite_checked(root, args.group, args.pattern)
     except ValueError as exc:
         print(f"pldr-ref validate: {exc}", file=sys.stderr)
@@ -158,8 +209,9 @@ def main(args: argparse.Namespace) -> int:
     manifest = root / "MANIFEST.json"
     digest = hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else None
     if args.out:
+        shown_root = str(root) if generated is not None else args.suite_dir
         report = build_report(results, backend_spec=args.backend, backend=backend, dtypes=dtypes,
-                              suite_root=args.suite_dir, manifest_sha256=digest, num_cases=len(cases),
+                              suite_root=shown_root, manifest_sha256=digest, num_cases=len(cases),
                               problems=problems)
         Path(args.out).write_text(dumps_report(report), encoding="utf-8")
     if args.junit:
