@@ -62,7 +62,8 @@ def test_the_address_covers_templates_target_version_and_code():
     base = suite_key(t, profile_target("hf-sdpa"), None)
     assert key_digest(base) == key_digest(suite_key(t, profile_target("hf-sdpa"), None))
     layer = [x for x in committed_templates() if x.name == "layer/tiny_identity_g"]
-    others = [suite_key(layer, profile_target("hf-sdpa"), None), suite_key(t, profile_target("hf-sdpa"), 32), suite_key(t, profile_target("hf-eager"), None),
+    others = [suite_key(layer, profile_target("hf-sdpa"), None), suite_key(t, profile_target("hf-sdpa"), 32),
+              suite_key(t, profile_target("hf-eager"), None),
               suite_key(t, Target(switches={"score_scale": "float32"}), None), {**base, "pldr_ref": "0.0.0"},
               {**base, "code": "0" * 64}]
     assert len({key_digest(k) for k in [base, *others]}) == 1 + len(others)
