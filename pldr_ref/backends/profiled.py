@@ -55,4 +55,33 @@ def numpy32_pt_v510_float32() -> ProfiledBackend:
     return numpy32_profile("pt-v510-float32")
 
 
-__all__ = ["ProfiledBackend", "numpy32_profile", "numpy32_pt_v510_float32"]
+
+
+def numpy32_profile_pt_v510_float32() -> ProfiledBackend:
+    """numpy32 declaring ``pt-v510-float32``."""
+    return numpy32_profile("pt-v510-float32")
+
+
+def numpy32_profile_tf_v500() -> ProfiledBackend:
+    """numpy32 declaring ``tf-v500``."""
+    return numpy32_profile("tf-v500")
+
+
+def numpy32_profile_tf_v900() -> ProfiledBackend:
+    """numpy32 declaring ``tf-v900``."""
+    return numpy32_profile("tf-v900")
+
+
+def numpy32_profile_hf_sdpa() -> ProfiledBackend:
+    """numpy32 declaring ``hf-sdpa``."""
+    return numpy32_profile("hf-sdpa")
+
+
+def numpy32_profile_hf_eager() -> ProfiledBackend:
+    """numpy32 declaring ``hf-eager``."""
+    return numpy32_profile("hf-eager")
+
+
+__all__ = ["ProfiledBackend", "numpy32_profile", "numpy32_profile_hf_eager", "numpy32_profile_hf_sdpa",
+           "numpy32_profile_pt_v510_float32", "numpy32_profile_tf_v500", "numpy32_profile_tf_v900",
+           "numpy32_pt_v510_float32"]
