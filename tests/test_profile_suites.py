@@ -125,6 +125,24 @@ def test_a_damaged_cache_entry_is_rebuilt_not_trusted(pristine, tmp_path, capsys
     assert verify(entry / SUITE_FOLDER, progress=None) == []
 
 
+def test_golden_build_writes_the_profile_suite_for_other_languages(tmp_path):
+    from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, FixtureError
+    from pldr_ref.fixtures.profile_suite import build_to
+
+    out = tmp_path / "suite"
+    assert build_to(out, profile_target("hf-eager"), templates=cheap_templates(), progress=None) == {}
+    assert verify(out, progress=None) == []
+    assert json.loads((out / "MANIFEST.json").read_text())["suite"] == "generated profile hf-eager"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["suite"]  # no staging folder left
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "mine.txt").write_text("x")
+    with pytest.raises(FixtureError, match="not a golden suite"):
+        build_to(other, profile_target("hf-eager"), templates=cheap_templates(), progress=None)
+    with pytest.raises(FixtureError, match="committed golden suite"):
+        build_to(DEFAULT_GOLDEN_DIR, profile_target("hf-eager"), templates=cheap_templates(), progress=None)
+
+
 def test_an_unwritable_cache_folder_is_refused_with_what_to_do(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
