@@ -76,3 +76,28 @@ def test_a_profile_backend_is_judged_on_most_of_its_profile_suite(profile, tmp_p
     assert len(judged) >= MIN_JUDGED * n, (len(judged), n, left_out(entry / SUITE_FOLDER),
                                            [(r.case, r.status, r.reason) for r in results if r not in judged])
     assert failed == []
+
+
+def test_a_fully_masked_row_that_the_inner_backend_cannot_give_is_unsupported_not_misjudged():
+    import types
+
+    import numpy as np
+
+    from pldr_ref.backends.profiled import has_fully_masked_row
+    from pldr_ref.config import PLDRConfig
+    from pldr_ref.harness.protocol import Unsupported
+
+    cfg = PLDRConfig.preset("tiny").emulate("hf-eager")  # masked_row='nan': HF eager's NaN rows
+    ids = np.array([[3, 4, 5, 6], [7, 8, 9, 10]])
+    left = types.SimpleNamespace(kind="forward", config=cfg, args={}, inputs={
+        "token_ids": ids, "attention_mask": np.array([[1, 1, 1, 1], [0, 1, 1, 1]])})
+    right = types.SimpleNamespace(kind="forward", config=cfg, args={}, inputs={
+        "token_ids": ids, "attention_mask": np.array([[1, 1, 1, 1], [1, 1, 1, 0]])})
+    assert has_fully_masked_row(left) and not has_fully_masked_row(right)
+    with pytest.raises(Unsupported, match="masked_row='nan'"):
+        numpy32_profile("hf-eager").run_case(left, "float32")
+    layer = types.SimpleNamespace(kind="decoder_layer", config=cfg, args={}, inputs={
+        "mask": np.array([[[[True, True], [False, True]]]])})
+    assert has_fully_masked_row(layer)
+    # the HF profiles declare the RoPE arithmetic of either pairing (HF's reference_rope is a config field)
+    assert numpy32_profile("hf-sdpa").capabilities().switches["rope_arithmetic"] == ("float32", "float64")

@@ -18,29 +18,64 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.config import profile_switches
-from pldr_ref.harness.protocol import SWITCHES, Capabilities
+from pldr_ref.harness.protocol import SWITCHES, Capabilities, Unsupported
+
+#: RoPE pairings an HF config may choose (``reference_rope``): an HF profile's rope arithmetic follows it.
+LAYOUTS = ("interleaved", "half")
 
 
 class ProfiledBackend:
-    """``inner`` declaring the switch values of ``profile`` (see the module docstring)."""
+    """``inner`` declaring the switch values of ``profile`` (see the module docstring).
 
-    def __init__(self, inner: Any, profile: str, rope_layout: str = "interleaved") -> None:
+    For an HF profile the declared RoPE arithmetic is that of either pairing (HF reads ``reference_rope`` from the
+    model config).  A fully masked query row is where ``masked_row`` acts; the inner float32 backends give the
+    softmax of what the mask leaves (zeros under the ideal mask), so a case with such a row whose ``masked_row``
+    asks for something else (``nan``: HF eager's NaN rows, ``uniform``) is reported unsupported at run time, never
+    misjudged."""
+
+    def __init__(self, inner: Any, profile: str) -> None:
         self.inner = inner
         self.profile = profile
-        self.values = {k: v for k, v in profile_switches(profile, rope_layout).items() if k in SWITCHES}
+        values: dict[str, tuple[str, ...]] = {}
+        for layout in LAYOUTS:
+            for k, v in profile_switches(profile, layout).items():
+                if k in SWITCHES and v not in values.get(k, ()):
+                    values[k] = (*values.get(k, ()), v)
+        self.values = values
         self.name = f"{inner.name}@{profile}"
 
     def capabilities(self) -> Capabilities:
-        """The inner capabilities with the profile's value for every switch the profile sets."""
+        """The inner capabilities with the profile's value of every switch the profile sets."""
         caps = self.inner.capabilities()
-        switches = {**caps.switches, **{k: (v,) for k, v in self.values.items()}}
-        return dataclasses.replace(caps, switches=switches)
+        return dataclasses.replace(caps, switches={**caps.switches, **self.values})
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         """The inner backend's run; token padding off when the profile pads from the attention mask only."""
-        if case.config is not None and case.config.pad_source == "attention_mask":
+        c = case.config
+        if c is not None and c.masked_row not in natural_masked_rows(c) and has_fully_masked_row(case):
+            raise Unsupported(f"{self.inner.name} gives a fully masked row the softmax of its masked scores, not "
+                              f"masked_row={c.masked_row!r}")
+        if c is not None and c.pad_source == "attention_mask":
             case = dataclasses.replace(case, args={"pad_masking": False, **dict(case.args)})
         return self.inner.run_case(case, dtype)
+
+
+def natural_masked_rows(config: Any) -> tuple[str, ...]:
+    """The ``masked_row`` values a plain softmax of the masked scores gives: zeros under the ideal mask."""
+    return ("arithmetic", "zeros") if config.mask_mode == "ideal" else ("arithmetic",)
+
+
+def has_fully_masked_row(case: Any) -> bool:
+    """Whether a query row of ``case`` has no key left: a layer mask row all True, or a forward whose first key is
+    padding (left padding; causal rows see keys up to their own position)."""
+    inputs = case.inputs
+    if "mask" in inputs:
+        return bool(np.asarray(inputs["mask"], dtype=bool).all(axis=-1).any())
+    if "attention_mask" in inputs:
+        return bool((np.asarray(inputs["attention_mask"])[:, 0] == 0).any())
+    pad_masking = bool(case.args.get("pad_masking", True)) and case.config.pad_source == "token"
+    ids = inputs.get("token_ids")
+    return bool(pad_masking and ids is not None and (np.asarray(ids)[:, 0] == case.config.pad_id).any())
 
 
 def numpy32_profile(profile: str) -> ProfiledBackend:
