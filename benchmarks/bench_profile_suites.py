@@ -9,7 +9,7 @@ empty cache, then the cached re-run (the cache entry checked against its key and
 Goals: a tiny-config profile suite <= 300 s first use and <= 30 s cached; the v510-110m ONNX suite <= 600 s first
 use.  Usage::
 
-    python benchmarks/bench_profile_suites.py [--profile NAME ...] [--onnx] [--markdown]
+    python benchmarks/bench_profile_suites.py [--profile NAME ...] [--v510-case] [--onnx] [--markdown]
 
 Prints one line per measurement (seconds, goal, within / OVER) and, with ``--markdown``, the table of
 ``docs/backends.md``.  Timings on a shared machine are inflated: say so when quoting them.
@@ -91,11 +91,33 @@ def measure_onnx(dtype: str, cache: Path, workdir: Path) -> list[tuple[str, floa
             (f"v510-110m ONNX {dtype}: cached re-run", cached, CACHED_GOAL, f"exit {code2}")]
 
 
+def measure_v510_case() -> list[tuple[str, float, float | None, str]]:
+    """Rows of one instance of the v510-110m config suite: its parameters, then the whole case (golden values,
+    float64 tolerances from 1-ulp perturbation runs, low-precision baselines)."""
+    from pldr_ref.config import PLDRConfig
+    from pldr_ref.fixtures.build import compute_case
+    from pldr_ref.fixtures.templates import Target, all_templates, instantiate
+    from pldr_ref.fixtures.weights import fixture_params
+
+    config = PLDRConfig.preset("v510-110m")
+    t0 = time.perf_counter()
+    fixture_params(config, 1)
+    params = time.perf_counter() - t0
+    (template,) = [t for t in all_templates() if t.name == "model/tiny_padded_exact"]
+    spec = instantiate(template, Target(config=config), max_seq_len=64)
+    t0 = time.perf_counter()
+    compute_case(spec)
+    return [("v510-110m config suite: parameters of one seed", params, None, ""),
+            ("v510-110m config suite: one forward case of 2 x 8 tokens", time.perf_counter() - t0, None, "")]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", action="append", choices=PROFILES, help="profiles to measure (default: all)")
     p.add_argument("--onnx", action="store_true", help="also the v510-110m ONNX export on its own config")
     p.add_argument("--onnx-dtype", action="append", choices=("float32", "float16"), help="default: both")
+    p.add_argument("--v510-case", action="store_true",
+                   help="also one instance of the v510-110m config suite (parameters; the whole case)")
     p.add_argument("--markdown", action="store_true", help="print the docs table")
     args = p.parse_args(argv)
     rows = []
@@ -103,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         for profile in args.profile or PROFILES:
             rows += measure_profile(profile, Path(tmp) / "cache" / profile)
             print(*(f"{r[1]:8.1f} s  {r[0]}  {r[3]}" for r in rows[-2:]), sep="\n", flush=True)
+        if args.v510_case:
+            rows += measure_v510_case()
+            print(*(f"{r[1]:8.1f} s  {r[0]}" for r in rows[-2:]), sep="\n", flush=True)
         if args.onnx:
             for dtype in args.onnx_dtype or ("float32", "float16"):
                 rows += measure_onnx(dtype, Path(tmp) / "cache" / f"onnx-{dtype}", Path(tmp))
