@@ -1,27 +1,28 @@
 """``pldr-ref validate``: run a backend on the golden suite and print / write the verdict.
 
-    pldr-ref validate (--backend MODULE:ATTR | --onnx MODEL.onnx) [--dtype float64,float32 ...] [--suite-dir DIR]
-                      [--suite default|full]
+    pldr-ref validate (--backend MODULE:ATTR | --onnx MODEL.onnx) [--dtype float64,float32 ...]
+                      [--suite-dir DIR] [--suite default|full] [--profile NAME | --switch K=V ... | --own-config]
                       [--group model ...] [-k REGEX] [--out OUT.json] [--junit OUT.xml]
                       [--timeout SECONDS] [--no-isolation] [--timing] [--quiet]
 
-Exit status: 0 when every case passes (or is unsupported / not applicable) and something was judged;
-1 when a case fails, errors (crash, exit, hang past --timeout) or is left not judgeable, when nothing
-was judged, when the suite's integrity cannot be checked (no MANIFEST.json, cases missing from it or
-from disk, modified files) or the backend declares kinds the harness does not know -- the reason is
-printed, and the table, JSON and JUnit reports are written in every one of these cases; 2 for a
-usage problem (bad backend name, a backend whose import, constructor or capabilities() raises, unknown
-dtype, missing suite folder, nothing selected, a bad -k pattern, --timeout not a finite number from 0 to 1000000, an
-output path that cannot be written or that is an input or another output -- checked before the run); 130 after
-Ctrl-C (reports still written, atomically).  ``--suite NAME`` is the case set (default, full; its cases missing
-from the folder are a problem), ``--suite-dir DIR`` the folder; ``--suite DIR`` still works, deprecated.
-"""
+Exit status: 0 when no case fails or errors and at least one case was judged (passed) -- a case left not judgeable
+("not covered": the dtype cannot resolve its primary output) is reported, never counted as a pass, and does not by
+itself change the exit status; 1 when a case fails or errors (crash, exit, hang past --timeout), when nothing was
+judged (every case unsupported, not applicable or not judgeable), when the suite's integrity cannot be checked (no
+MANIFEST.json, cases missing from it or from disk, modified files) or the backend declares kinds the harness does not
+know -- the reason is printed, and the table, JSON and JUnit reports are written in every one of these cases; 2 for a
+usage problem (bad backend name, a backend whose import, constructor or capabilities() raises, unknown dtype, missing
+suite folder, nothing selected, a bad -k pattern, --timeout not a finite number from 0 to 1000000, an output path that
+cannot be written or that is an input or another output -- checked before the run); 130 after Ctrl-C (reports still
+written, atomically). ``--suite NAME`` is the case set (default, full; its cases missing from the folder are a
+problem), ``--suite-dir DIR`` the folder; ``--suite DIR`` still works, deprecated. """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
 import sys
+from pathlib import Path
 from typing import Any
 
 from pldr_ref.export import cli as onnx_cli
@@ -65,12 +66,61 @@ def register(subparsers: Any) -> None:
                                                           "byte-identical between runs)")
     p.add_argument("--quiet", action="store_true", help="print only the summary line, no progress")
     onnx_cli.add_validate_arguments(p)  # --onnx MODEL.onnx (pldr_ref.export.cli)
+    add_generated_arguments(p)  # --profile / --switch / --own-config (issue 30)
     p.set_defaults(func=main)
 
 
 #: ``--timeout``'s type (kept under its former name): a finite number of seconds from 0 (no limit) to
 #: :data:`pldr_ref.tool_cli.MAX_SECONDS`.
 timeout_seconds = seconds
+
+
+def add_generated_arguments(p: argparse.ArgumentParser) -> None:
+    """``--profile NAME``, ``--switch K=V``, ``--own-config``: judge on a suite generated for the backend."""
+    g = p.add_argument_group("generated suites (docs/backends.md, 'validating an implementation of a released code "
+                             "base')")
+    g.add_argument("--profile", default=None, metavar="NAME",
+                   help="judge on the templates at the switch values of this released code base's profile "
+                        "(pt-v510-float32, tf-v500, hf-sdpa, ...); generated and calibrated on first use, cached")
+    g.add_argument("--switch", action="append", default=None, metavar="SWITCH=VALUE",
+                   help="judge on the templates at these switch values (repeatable)")
+    g.add_argument("--own-config", action="store_true",
+                   help="judge on the templates at the backend's own config (an ONNX file's pldr_ref.config)")
+
+
+def generated_suite_dir(args: argparse.Namespace, backend: Any, dtypes: list[str]) -> Path | None:
+    """The generated suite folder that ``--profile`` / ``--switch`` / ``--own-config`` ask for (None: none
+    asked); ``ValueError`` (a usage error) for an unknown profile or switch value, a backend without a config, a
+    combination with ``--suite-dir``, or an unusable cache folder."""
+    from pldr_ref.config import EMULATIONS
+
+    chosen = [f for f, on in (("--profile", args.profile), ("--switch", args.switch), ("--own-config",
+                                                                                      args.own_config)) if on]
+    if not chosen:
+        return None
+    if len(chosen) > 1:
+        raise ValueError(f"{' and '.join(chosen)} exclude each other: give one")
+    if args.suite_dir is not None or args.suite is not None:
+        raise ValueError(f"{chosen[0]} generates its own suite: drop --suite-dir / --suite")
+    from pldr_ref.fixtures.templates import Target, parse_switches, profile_target
+    from pldr_ref.harness.profile_suites import backend_config, generated_suite
+
+    if args.profile:
+        if args.profile not in EMULATIONS:
+            raise ValueError(f"unknown profile {args.profile!r}; profiles: {', '.join(EMULATIONS)}")
+        target = profile_target(args.profile)
+    elif args.switch:
+        target = Target(switches=parse_switches(args.switch))
+    else:
+        config = backend_config(backend)
+        if config is None:
+            raise ValueError("--own-config needs a backend with a config (an ONNX file, or a backend attribute "
+                             "'config' holding a PLDRConfig)")
+        target = Target(config=config)
+    caps = backend.capabilities()
+    stages = () if args.no_isolation else tuple(caps.stages)
+    return generated_suite(target, tuple(caps.kinds), tuple(dtypes), stages=stages,
+                           progress=None if args.quiet else sys.stderr)
 
 
 def parse_dtypes(values: list[str] | None, declared: tuple[str, ...]) -> list[str]:
@@ -148,7 +198,8 @@ def main(args: argparse.Namespace) -> int:
         else:  # --onnx MODEL.onnx, or neither / both given (pldr_ref.export.cli says which)
             backend = onnx_cli.validation_backend(args)
         dtypes = parse_dtypes(args.dtype, backend.capabilities().dtypes)
-        root, names = suite_selection(args, "pldr-ref validate")
+        generated = generated_suite_dir(args, backend, dtypes)
+        root, names = (generated, None) if generated is not None else suite_selection(args, "pldr-ref validate")
         cases, problems = load_suite_checked(root, args.group, args.pattern)
         loaded_store()  # a malformed calibration store: one error naming the file, not an error in every case
     except ValueError as exc:
@@ -177,9 +228,10 @@ def main(args: argparse.Namespace) -> int:
     manifest = root / "MANIFEST.json"
     digest = hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else None
     if args.out:
+        shown_root = str(root) if generated is not None else str(args.suite_dir or DEFAULT_SUITE)
         report = build_report(results, backend_spec=args.backend, backend=backend, dtypes=dtypes,
-                              suite_root=str(args.suite_dir or DEFAULT_SUITE), manifest_sha256=digest,
-                              num_cases=len(cases), problems=problems)
+                              suite_root=shown_root, manifest_sha256=digest, num_cases=len(cases),
+                              problems=problems)
         atomic_write_text(args.out, dumps_report(report))
     if args.junit:
         atomic_write_text(args.junit, junit_xml(results, backend_name=str(backend.name), problems=problems))

@@ -163,10 +163,10 @@ def unsupported_reason(backend: Any, case: Any, dtype: str) -> str | None:
         return f"case kind {case.kind!r} not supported"
     config = getattr(case, "config", None)
     if config is not None:
-        for switch, values in sorted(caps.switches.items()):
-            value = getattr(config, switch)
-            if value not in values:
-                return f"{switch}={value!r} not supported (declared: {', '.join(values)})"
+        differing = differing_switches(caps, config)
+        if differing:
+            return "; ".join(f"{switch}={value!r} not supported (declared: {', '.join(values)})"
+                             for switch, value, values in differing)
     if "position_ids" in (getattr(case, "inputs", {}) or {}) and not caps.position_ids:
         return "per-row position_ids not supported (Capabilities.position_ids is False)"
     needed = case_cache_features(case)
@@ -174,6 +174,17 @@ def unsupported_reason(backend: Any, case: Any, dtype: str) -> str | None:
     if missing:
         return f"cache feature(s) {', '.join(missing)} not supported"
     return None
+
+
+def differing_switches(caps: Capabilities, config: Any) -> list[tuple[str, Any, tuple[str, ...]]]:
+    """Every (switch, the config's value, the declared values) where the config's value is not declared, in the
+    switch table's order (all of them: a backend learns at once everything that keeps it from a case)."""
+    out = []
+    for switch in SWITCHES:
+        values = caps.switches.get(switch)
+        if values is not None and getattr(config, switch) not in values:
+            out.append((switch, getattr(config, switch), tuple(values)))
+    return out
 
 
 def case_cache_features(case: Any) -> tuple[str, ...]:

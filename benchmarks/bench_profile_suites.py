@@ -1,0 +1,147 @@
+"""Cost of the suites generated for a backend's own switch values or config (issue 30, item 5), measured.
+
+For each profile: the first use of ``pldr-ref validate --backend pldr_ref.backends.profiled:... --profile NAME``
+(generation of the profile suite of the kinds the backend runs, its float32 calibration, the validation) in an
+empty cache, then the cached re-run (the cache entry checked against its key and MANIFEST.json, the validation).
+``--onnx`` adds the ``v510-110m`` ONNX export judged on its own config (``validate --onnx F --own-config``;
+``--onnx-dtype`` float32 / float16): first use and cached re-run.
+
+Goals: a tiny-config profile suite <= 300 s first use and <= 30 s cached; the v510-110m ONNX suite <= 600 s first
+use.  Usage::
+
+    python benchmarks/bench_profile_suites.py [--profile NAME ...] [--v510-case] [--onnx] [--markdown]
+
+Prints one line per measurement (seconds, goal, within / OVER) and, with ``--markdown``, the table of
+``docs/backends.md``.  Timings on a shared machine are inflated: say so when quoting them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: The profiles of issue 30.
+PROFILES = ("pt-v510-float32", "tf-v500", "tf-v900", "hf-sdpa", "hf-eager")
+#: Goals in seconds.
+FIRST_USE_GOAL = 300.0
+CACHED_GOAL = 30.0
+ONNX_FIRST_USE_GOAL = 600.0
+
+
+def run_validate(argv: list[str], cache: Path) -> tuple[float, int, str]:
+    """(seconds, exit status, summary line) of ``pldr-ref validate ARGV`` with the cache folder ``cache``."""
+    from pldr_ref.cli import main
+
+    os.environ["PLDR_REF_CACHE"] = str(cache)
+    out = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["validate", *argv, "--quiet"])
+    return time.perf_counter() - t0, code, out.getvalue().strip().splitlines()[-1] if out.getvalue() else ""
+
+
+def build_seconds(cache: Path) -> dict[str, float]:
+    """The build and calibration seconds the newest cache entry recorded."""
+    import json
+
+    keys = sorted(cache.glob("*/SUITE_KEY.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(keys[-1].read_text())["seconds"] if keys else {}
+
+
+def measure_profile(profile: str, cache: Path) -> list[tuple[str, float, float | None, str]]:
+    """Rows (what, seconds, goal, note) of one profile."""
+    slug = profile.replace("-", "_")
+    argv = ["--backend", f"pldr_ref.backends.profiled:numpy32_profile_{slug}", "--profile", profile]
+    first, code, summary = run_validate(argv, cache)
+    secs = build_seconds(cache)
+    cached, code2, _ = run_validate(argv, cache)
+    note = f"exit {code}; {summary}"
+    return [(f"{profile}: first use (generation {secs.get('build', 0):.0f} s + calibration "
+             f"{secs.get('calibration', 0):.0f} s + validation)", first, FIRST_USE_GOAL, note),
+            (f"{profile}: cached re-run", cached, CACHED_GOAL, f"exit {code2}")]
+
+
+def measure_onnx(dtype: str, cache: Path, workdir: Path) -> list[tuple[str, float, float | None, str]]:
+    """Rows of the v510-110m ONNX export judged on its own config."""
+    from pldr_ref.config import PLDRConfig
+    from pldr_ref.export.onnx_graph import export_model
+    from pldr_ref.params import init_params
+
+    t0 = time.perf_counter()
+    config = PLDRConfig.preset("v510-110m")
+    model = workdir / f"v510_{dtype}.onnx"
+    import onnx
+
+    onnx.save(export_model(config, init_params(config, seed=0), dtype), str(model))  # 0.44 GB: one protobuf
+    export = time.perf_counter() - t0
+    argv = ["--onnx", str(model), "--own-config"]
+    first, code, summary = run_validate(argv, cache)
+    secs = build_seconds(cache)
+    cached, code2, _ = run_validate(argv, cache)
+    return [(f"v510-110m ONNX {dtype}: export", export, None, ""),
+            (f"v510-110m ONNX {dtype}: first use (generation {secs.get('build', 0):.0f} s + calibration "
+             f"{secs.get('calibration', 0):.0f} s + validation)", first, ONNX_FIRST_USE_GOAL,
+             f"exit {code}; {summary}"),
+            (f"v510-110m ONNX {dtype}: cached re-run", cached, CACHED_GOAL, f"exit {code2}")]
+
+
+def measure_v510_case() -> list[tuple[str, float, float | None, str]]:
+    """Rows of one instance of the v510-110m config suite: its parameters, then the whole case (golden values,
+    float64 tolerances from 1-ulp perturbation runs, low-precision baselines)."""
+    from pldr_ref.config import PLDRConfig
+    from pldr_ref.fixtures.build import compute_case
+    from pldr_ref.fixtures.templates import Target, all_templates, instantiate
+    from pldr_ref.fixtures.weights import fixture_params
+
+    config = PLDRConfig.preset("v510-110m")
+    t0 = time.perf_counter()
+    fixture_params(config, 1)
+    params = time.perf_counter() - t0
+    (template,) = [t for t in all_templates() if t.name == "model/tiny_padded_exact"]
+    spec = instantiate(template, Target(config=config), max_seq_len=64)
+    t0 = time.perf_counter()
+    compute_case(spec)
+    return [("v510-110m config suite: parameters of one seed", params, None, ""),
+            ("v510-110m config suite: one forward case of 2 x 8 tokens", time.perf_counter() - t0, None, "")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", action="append", choices=PROFILES, help="profiles to measure (default: all)")
+    p.add_argument("--onnx", action="store_true", help="also the v510-110m ONNX export on its own config")
+    p.add_argument("--onnx-dtype", action="append", choices=("float32", "float16"), help="default: both")
+    p.add_argument("--v510-case", action="store_true",
+                   help="also one instance of the v510-110m config suite (parameters; the whole case)")
+    p.add_argument("--markdown", action="store_true", help="print the docs table")
+    args = p.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-profile-suites-") as tmp:
+        for profile in args.profile or PROFILES:
+            rows += measure_profile(profile, Path(tmp) / "cache" / profile)
+            print(*(f"{r[1]:8.1f} s  {r[0]}  {r[3]}" for r in rows[-2:]), sep="\n", flush=True)
+        if args.v510_case:
+            rows += measure_v510_case()
+            print(*(f"{r[1]:8.1f} s  {r[0]}" for r in rows[-2:]), sep="\n", flush=True)
+        if args.onnx:
+            for dtype in args.onnx_dtype or ("float32", "float16"):
+                rows += measure_onnx(dtype, Path(tmp) / "cache" / f"onnx-{dtype}", Path(tmp))
+                print(*(f"{r[1]:8.1f} s  {r[0]}  {r[3]}" for r in rows[-3:]), sep="\n", flush=True)
+    over = [r for r in rows if r[2] is not None and r[1] > r[2]]
+    if args.markdown:
+        print("| measurement | seconds | goal | |\n|---|---|---|---|")
+        for what, secs, goal, note in rows:
+            verdict = "" if goal is None else ("within" if secs <= goal else "OVER")
+            print(f"| {what} | {secs:.0f} | {'' if goal is None else f'{goal:.0f}'} | {verdict} {note} |")
+    print(f"{len(rows) - len(over)} of {len(rows)} within their goal" + (f"; OVER: {[r[0] for r in over]}"
+                                                                            if over else ""))
+    return 1 if over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
