@@ -13,7 +13,8 @@ only shares the *style* of the authors' PyTorch v510 model, which is what makes 
 * ``sqrt(d)`` and ``sqrt(d_k)`` as float32 constants.
 
 ``StyleLM(config)`` builds the model for a :class:`pldr_ref.PLDRConfig` (v500 metric learner, learned G, global
-Gram: the released architecture); ``model(ids, mask, start_pos=0)`` returns the logits.  :data:`BUGS` holds the
+Gram: the released architecture); ``model(ids, mask, start_pos=0)`` returns the logits.  :class:`StyleForCausalLM`
+puts an HF-style front on it (``input_ids``, ``attention_mask``, ``position_ids``; ``.logits``).  :data:`BUGS` holds the
 injected bugs of the tests: each a flag read by exactly one line of the forward map.
 """
 
@@ -184,6 +185,32 @@ class StyleLM(nn.Module):
         return self.head(x)
 
 
+class StyleOutput:
+    """What the HF-style front returns: an object with ``logits``."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits
+
+
+class StyleForCausalLM(nn.Module):
+    """An HF-style front on :class:`StyleLM` (under ``model.``): ``forward(input_ids, attention_mask=None,
+    position_ids=None)`` with the HF attention mask ``[B, S]`` (1 = keep) and contiguous per-call positions; builds
+    the released-style float mask itself and returns a :class:`StyleOutput`."""
+
+    def __init__(self, config: Any, bug: str | None = None) -> None:
+        super().__init__()
+        self.model = StyleLM(config, bug)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> StyleOutput:
+        s = input_ids.shape[1]
+        mask = (1.0 - torch.tril(torch.ones(s, s)))[None, None].expand(input_ids.shape[0], 1, s, s)
+        if attention_mask is not None:
+            mask = torch.maximum(mask, (attention_mask == 0).float()[:, None, None, :])
+        start = 0 if position_ids is None else int(position_ids[0, 0])
+        return StyleOutput(self.model(input_ids, mask, start))
+
+
 def float_mask(ids: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     """The released code's mask: float32 ``[B, 1, S, S]``, 1 where a key is in the future or padding."""
     s = ids.shape[1]
@@ -192,4 +219,4 @@ def float_mask(ids: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     return torch.maximum(ahead, pad)
 
 
-__all__ = ["BUGS", "MASK_VALUE", "StyleLM", "float_mask"]
+__all__ = ["BUGS", "MASK_VALUE", "StyleForCausalLM", "StyleLM", "StyleOutput", "float_mask"]

@@ -294,20 +294,24 @@ class TorchModuleBackend:
             return torch.float32, low, low
         return dt, None, low
 
-    def _module(self, config: Any, dtype: str) -> _Built:
-        """The module for ``config`` in the run dtype of ``dtype`` (built once)."""
+    def _module(self, config: Any, dtype: str, module: Any = None) -> _Built:
+        """The module for ``config`` in the run dtype of ``dtype`` (built once; ``module``: one already built)."""
         key = (repr(config), dtype)
         hit = self._modules.get(key)
         if hit is not None:
             return hit
-        module_dtype = self._run_dtype(dtype)[0]
+        if module is None:
+            module = self._build(config, dtype)
+        self._modules[key] = _Built(module, self._map_params(module, config))
+        return self._modules[key]
+
+    def _build(self, config: Any, dtype: str) -> Any:
+        """``factory(config)`` on the device, in the module dtype of the run, in eval mode."""
         try:
             module = self.factory(config)
         except Exception as exc:
             raise AdapterError(f"the module factory raised {type(exc).__name__}: {exc}") from exc
-        module = module.to(device=self.device, dtype=module_dtype).eval()
-        self._modules[key] = _Built(module, self._map_params(module, config))
-        return self._modules[key]
+        return module.to(device=self.device, dtype=self._run_dtype(dtype)[0]).eval()
 
     def _map_params(self, module: Any, config: Any) -> dict[str, str]:
         """golden name -> module name for every golden parameter the module uses; ``AdapterError`` listing the
@@ -411,9 +415,10 @@ class TorchModuleBackend:
         """``module 'PATH' (stage S, ...) WHAT``: the innermost running module and the stages it computes."""
         path = stack[-1][0] if stack else ""
         below = [n for n, s in sources.items() if s.module == path or s.module.startswith(path + ".") or not path]
-        if not below:
+        if not below:  # the deepest enclosing module that has a stage map entry
             above = [n for n, s in sources.items() if path.startswith(s.module + ".")]
-            below = above
+            deepest = max((len(sources[n].module) for n in above), default=0)
+            below = [n for n in above if len(sources[n].module) == deepest]
         stages = list(dict.fromkeys(entry_stage(n) + (f" (layer {n.split('.')[1]})" if n.startswith("layers.")
                                                       else "") for n in below))
         where = ", ".join(stages[:4]) + (" ..." if len(stages) > 4 else "") if stages else "no stage map entry"
@@ -463,7 +468,7 @@ class TorchModuleBackend:
         cast to the original's dtype."""
         torch = self.torch
         low = self._run_dtype(dtype)[2]
-        value = _heads_layout(torch, torch.as_tensor(golden, dtype=torch.float64), src.layout, config.num_heads,
+        value = _heads_layout(torch, torch.tensor(np.array(golden, dtype=np.float64)), src.layout, config.num_heads,
                               to_golden=False)
 
         def swap(original: Any) -> Any:
@@ -493,13 +498,14 @@ class TorchModuleBackend:
             raise ValueError(f"{self.name}: {exc}") from None
         dtype = self.dtypes[0] if "float32" not in self.dtypes else "float32"
         try:
-            module = self._module(config, dtype).module
+            module = self._build(config, dtype)
+            problems = self._static_problems(module, sources)
+            if problems:
+                raise AdapterError("the stage map does not fit the module built for the probe config: "
+                                   + "; ".join(problems))
+            self._module(config, dtype, module)
         except AdapterError as exc:
             raise ValueError(f"{self.name}: {exc}") from None
-        problems = self._static_problems(module, sources)
-        if problems:
-            raise ValueError(f"{self.name}: the stage map does not fit the module built for the probe config: "
-                             + "; ".join(problems))
         ids = (np.arange(PROBE_BATCH * PROBE_SEQ).reshape(PROBE_BATCH, PROBE_SEQ) % (config.vocab_size - 1)) + 1
         ids[1, -1] = config.pad_id
         case = _ProbeCase(config, ids)

@@ -17,7 +17,7 @@ import collections
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pldr_ref.adapters.stage_map import Call, Input, Output, Source, function_name
+from pldr_ref.adapters.stage_map import Input, Output, Source, function_name
 
 
 class AdapterError(Exception):
@@ -27,10 +27,7 @@ class AdapterError(Exception):
 def pick_value(value: Any, pick: tuple[Any, ...]) -> Any:
     """``value[p0][p1]...`` for int indices / keys, ``getattr`` for names a mapping does not hold."""
     for p in pick:
-        if isinstance(p, str) and not isinstance(value, Mapping):
-            value = getattr(value, p)
-        else:
-            value = value[p]
+        value = getattr(value, p) if isinstance(p, str) and not isinstance(value, Mapping) else value[p]
     return value
 
 
@@ -124,8 +121,8 @@ class Recording:
             args, kwargs, changed = list(args), dict(kwargs), False
             for name, src in wanted:
                 holder = kwargs if isinstance(src.arg, str) else args
-                if isinstance(src.arg, int) and src.arg >= len(args) or isinstance(src.arg, str) and (
-                        src.arg not in kwargs):
+                if (isinstance(src.arg, int) and src.arg >= len(args)) or (isinstance(src.arg, str) and (
+                        src.arg not in kwargs)):
                     raise AdapterError(f"stage map entry {name!r}: module {path!r} was called without "
                                        f"argument {src.arg!r}")
                 new = self._keep(name, pick_value(holder[src.arg], src.pick), src.describe())
@@ -205,7 +202,7 @@ class Recording:
             self._modes.pop().__exit__(None, None, None)
 
 
-class StopForward(BaseException):  # noqa: N818 - control flow, not an error; BaseException: model code can't catch it
+class StopForward(BaseException):
     """Raised once every wanted source is captured (stage isolation): the rest of the forward is not needed."""
 
 
