@@ -147,7 +147,7 @@ class TorchModuleBackend:
     """A harness backend around an ``nn.Module`` (see the module docstring for every argument).
 
     ``dtypes``: the dtypes to run (default float32 and bfloat16); ``device``: default ``$PLDR_REF_TORCH_DEVICE``,
-    else CPU; ``probe_config``: the config of the dry run (default: the ``tiny`` preset at the declared switch
+    else CPU; ``num_threads`` (or ``$PLDR_REF_TORCH_THREADS``): ``torch.set_num_threads``, process-wide; ``probe_config``: the config of the dry run (default: the ``tiny`` preset at the declared switch
     values); ``isolate``: find the stages the module can run in isolation (False: judge every stage end to end).
     """
 
@@ -173,8 +173,9 @@ class TorchModuleBackend:
         self.computed = computed_switches(profile, switches)
         self.switches = declared_values(self.computed, below_float64_only="float64" not in self.dtypes)
         self.device = torch.device(device or os.environ.get("PLDR_REF_TORCH_DEVICE") or "cpu")
-        if num_threads:
-            torch.set_num_threads(int(num_threads))
+        threads = num_threads if num_threads is not None else os.environ.get("PLDR_REF_TORCH_THREADS")
+        if threads:
+            torch.set_num_threads(int(threads))
         self._modules: dict[tuple[str, str], _Built] = {}
         self._expanded: dict[int, dict[str, Source]] = {}
         self._call_inputs: dict[int, tuple[Any, dict[str, Any]]] = {}
