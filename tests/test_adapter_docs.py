@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the module adapter wraps PyTorch modules (pip install torch)")
 
-from pldr_ref.cli import main  # noqa: E402
+from pldr_ref.cli import main
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "backends.md"
 AUTHORS_ENV = "PLDR_REF_AUTHORS_V510"
@@ -79,7 +79,7 @@ def test_hf_style_example_ends_green_as_documented(tmp_path, monkeypatch, capsys
 
 @pytest.mark.slow
 def test_hf_style_failure_example_as_documented(tmp_path, monkeypatch) -> None:
-    code, argv, after = example("hf_style_backend.py")
+    code, argv, _ = example("hf_style_backend.py")
     broken = code.replace("backend = TorchModuleBackend(StyleForCausalLM,",
                           'backend = TorchModuleBackend(lambda c: StyleForCausalLM(c, bug="softmax_axis"),')
     assert broken != code
@@ -100,7 +100,7 @@ def test_authors_v510_example(tmp_path, monkeypatch) -> None:
         pytest.skip(f"set {AUTHORS_ENV} to a clone of github.com/burcgokden/PLDR-LLM-with-KVG-cache to run the "
                     "authors' code (pldr_ref does not vendor it)")
     pytest.importorskip("torchtune", reason="the authors' code uses torchtune's RoPE (pip install torchtune torchao)")
-    code, argv, after = example("v510_backend.py")
+    code, argv, _ = example("v510_backend.py")
     (tmp_path / "authors").symlink_to(Path(root).resolve())  # the docs clone it into ./authors
     rc, report = run_example(tmp_path, monkeypatch, "v510_backend.py", code, argv)
     statuses = [r["status"] for r in report["results"]]

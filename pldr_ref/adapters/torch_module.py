@@ -147,8 +147,9 @@ class TorchModuleBackend:
     """A harness backend around an ``nn.Module`` (see the module docstring for every argument).
 
     ``dtypes``: the dtypes to run (default float32 and bfloat16); ``device``: default ``$PLDR_REF_TORCH_DEVICE``,
-    else CPU; ``num_threads`` (or ``$PLDR_REF_TORCH_THREADS``): ``torch.set_num_threads``, process-wide; ``probe_config``: the config of the dry run (default: the ``tiny`` preset at the declared switch
-    values); ``isolate``: find the stages the module can run in isolation (False: judge every stage end to end).
+    else CPU; ``num_threads`` (or ``$PLDR_REF_TORCH_THREADS``): ``torch.set_num_threads``, process-wide;
+    ``probe_config``: the config of the dry run (default: the ``tiny`` preset at the declared switch values);
+    ``isolate``: find the stages the module can run in isolation (False: judge every stage end to end).
     """
 
     def __init__(self, factory: Callable[[Any], Any], *, stage_map: Mapping[str, Source],
@@ -414,7 +415,9 @@ class TorchModuleBackend:
 
     def _blame(self, stack: list[tuple[str, int]], sources: Mapping[str, Source], what: str) -> str:
         """``module 'PATH' (stage S, ...) WHAT``: the innermost running module and the stages it computes."""
-        path = stack[-1][0] if stack else ""
+        if not stack:  # outside every module: in the declared call itself
+            return f"the declared call (outside the module) {what}"
+        path = stack[-1][0]
         below = [n for n, s in sources.items() if s.module == path or s.module.startswith(path + ".") or not path]
         if not below:  # the deepest enclosing module that has a stage map entry
             above = [n for n, s in sources.items() if path.startswith(s.module + ".")]
