@@ -29,6 +29,11 @@ def section() -> str:
     return text[text.index("## 11. An existing PyTorch model"):]
 
 
+def states(line: str) -> bool:
+    """Whether section 11 states ``line`` (line breaks of the prose ignored)."""
+    return " ".join(line.split()) in " ".join(section().replace("`", "").split())
+
+
 def example(file_name: str) -> tuple[str, list[str], str]:
     """(the python block saved as ``file_name``, the validate command that uses it, the text after the command)."""
     text = section()
@@ -85,7 +90,7 @@ def test_hf_style_failure_example_as_documented(tmp_path, monkeypatch) -> None:
     assert broken != code
     rc, report = run_example(tmp_path, monkeypatch, "hf_style_backend.py", broken, argv)
     assert rc == 1
-    assert summary(report) in section()
+    assert states(summary(report))
     firsts = {(r["case"], r["dtype"]): r["first_failure"] for r in report["results"]}
     for dtype in ("float32", "bfloat16"):
         ff = firsts[("model/tiny_v510_switches_exact", dtype)]
@@ -106,4 +111,4 @@ def test_authors_v510_example(tmp_path, monkeypatch) -> None:
     statuses = [r["status"] for r in report["results"]]
     assert rc == 0 and "fail" not in statuses and "error" not in statuses, [
         (r["case"], r["dtype"], r["reason"]) for r in report["results"] if r["status"] in ("fail", "error")]
-    assert summary(report) in section()  # the documented verdict numbers are this run's
+    assert states(summary(report))  # the documented verdict numbers are this run's

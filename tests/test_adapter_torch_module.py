@@ -10,6 +10,7 @@ suite is ``-m slow``.
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -122,6 +123,34 @@ def test_injected_bug_fails_at_its_stage(bug: str, cases) -> None:
     assert r.status == "fail", r.reason
     assert (r.first_failure["stage"], r.first_failure["layer"], r.first_failure["found_by"]) == (
         BUGS[bug], 0, "isolation"), r.first_failure
+
+
+def test_cast_precision_casts_parameters_buffers_and_mask(cases) -> None:
+    """``precision="cast"``: ``model.to(bfloat16)`` with its RoPE table buffer, and the float mask cast too (the
+    released-style ``matmul(E, V)`` raises on a float32 ``E`` next to bfloat16 values otherwise)."""
+    backend = style_backend(precision="cast", isolate=False)
+    r = validate_case(backend, cases[BF16_CASE], "bfloat16", isolate=False)
+    assert r.status == "pass", r.reason
+    model = backend._module(cases[BF16_CASE].config, "bfloat16").module
+    assert model.tok.weight.dtype == model.blocks[0].attn.rotary.table.dtype == torch.bfloat16
+    autocast = style_backend(isolate=False)._module(cases[BF16_CASE].config, "bfloat16").module
+    assert autocast.tok.weight.dtype == torch.float32  # control: autocast keeps a float32 model
+
+
+def test_stage_map_vocabulary_is_checked() -> None:
+    from pldr_ref.adapters.stage_map import expand_stage_map, function_name
+    from pldr_ref.adapters.torch_module import name_mapper
+
+    assert [function_name(n) for n in ("torch.pow", "__truediv__", "F.softmax", "__radd__")] == [
+        "pow", "div", "softmax", "add"]
+    with pytest.raises(ValueError, match=r"'layers\.\{l\}\.attention' is not a golden trace name|'attention' is not a "
+                                         r"layer trace name"):
+        expand_stage_map({"layers.{l}.attention": Output("x")}, 2)
+    with pytest.raises(ValueError, match="layout 'bhsd' is not one of"):
+        Output("x", layout="bhsd")
+    rename = name_mapper({"decoder.dec_layers.{l}.mha1.": "blocks.{l}.attn.", "decoder.": "model."})
+    assert rename("decoder.dec_layers.3.mha1.wq.bias") == "blocks.3.attn.wq.bias"
+    assert rename("decoder.embedding.weight") == "model.embedding.weight"  # longest pattern first, then the rest
 
 
 # ----------------------------------------------------------------------------- a declaration that does not fit
@@ -251,11 +280,25 @@ def test_switch_declaration_and_run_time_checks(clean) -> None:
     assert f64.capabilities().switches["rope_precision"] == ("float32",)  # float64 tells the values apart
 
 
+def module_level_torch_imports(source: str) -> list[int]:
+    """Line numbers of ``import torch`` / ``from torch ...`` statements outside every function of ``source``."""
+    tree = ast.parse(source)
+    inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for n in ast.walk(f)}
+    return [n.lineno for n in ast.walk(tree) if id(n) not in inside and (
+        (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "torch" for a in n.names))
+        or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "torch"))]
+
+
 def test_core_package_and_adapter_import_no_torch() -> None:
+    adapters = sorted((ROOT / "pldr_ref" / "adapters").glob("*.py"))
+    assert len(adapters) >= 5
+    assert {p.name: module_level_torch_imports(p.read_text()) for p in adapters} == {p.name: [] for p in adapters}
+    assert module_level_torch_imports("import numpy\nimport torch.nn\ndef f():\n    import torch\n") == [2]  # control
     code = ("import sys, pldr_ref, pldr_ref.adapters, pldr_ref.adapters.torch_module, pldr_ref.adapters.released_v510; "
-            "print('torch' in sys.modules); pldr_ref.adapters.torch_module._torch(); print('torch' in sys.modules)")
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.split() == ["False", "True"], out  # second line: the control, torch imported on use
+    assert out.stdout.split() == ["False"], out
 
 
 # ----------------------------------------------------------------------------- whole suite (slow)
