@@ -1,4 +1,4 @@
-"""Issue 31: the worked examples of docs/backends.md section 11 run as written.
+"""Issue 31: the worked examples of docs/backends.md "An existing PyTorch model" (section 11) run as written.
 
 The HF-style example wraps ``tests/pldr_style_model.py`` (default run); its failure example and the authors' v510
 example are ``-m slow`` -- the latter runs the authors' released code when ``PLDR_REF_AUTHORS_V510`` names a clone
@@ -25,8 +25,11 @@ AUTHORS_ENV = "PLDR_REF_AUTHORS_V510"
 
 
 def section() -> str:
+    """The adapter's section of docs/backends.md, up to the next section (whatever their numbers)."""
     text = DOCS.read_text(encoding="utf-8")
-    return text[text.index("## 11. An existing PyTorch model"):]
+    start = re.search(r"^## \d+\. An existing PyTorch model", text, re.M).start()
+    end = re.search(r"^## \d+\. ", text[start + 3:], re.M)
+    return text[start:] if end is None else text[start:start + 3 + end.start()]
 
 
 def states(line: str) -> bool:
