@@ -3,11 +3,11 @@
 A wrapped model follows one released code base: a profile of :data:`pldr_ref.config.EMULATIONS`
 (``pt-v510-float32``, ``hf-sdpa`` ...) plus explicit values for what the profile does not fix (the metric learner,
 G mode and Gram mode; every switch neither names is taken at its default).  A case whose config sets another
-value is *unsupported* -- except, in a run below float64, for values that compute the same numbers within the
-rounding of float32 (:data:`ROUNDING_EQUIVALENT`): a float32 model with torchtune's float32 RoPE table computes the
-exact-table model as well as float32 can tell.  The mask modes ``ideal`` / ``additive`` / ``finfo_min`` agree
-except on a query row whose every key is masked; a case with such a row and another mask mode is unsupported at
-run time (:func:`mask_mode_difference`).
+value is *unsupported* -- except, for a model declared only below float64, values that compute the same numbers
+within the rounding of float32 (:data:`ROUNDING_EQUIVALENT`): a float32 model with torchtune's float32 RoPE table
+computes the exact-table model as well as float32 can tell.  The mask modes ``ideal`` / ``additive`` /
+``finfo_min`` agree except on a query row whose every key is masked; a case with such a row and another mask mode is
+unsupported at run time (:func:`mask_mode_difference`).
 """
 
 from __future__ import annotations
@@ -68,12 +68,6 @@ def declared_values(computed: Mapping[str, str], below_float64_only: bool) -> di
             allowed |= MASK_MODES_ON_UNMASKED_ROWS
         out[name] = tuple(v for v in BY_NAME[name].choices if v in allowed)
     return out
-
-
-def strict_differences(config: Any, computed: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
-    """Switch -> (the case's value, the computed value) for every switch where they differ."""
-    return {name: (getattr(config, name), value) for name, value in computed.items()
-            if getattr(config, name) != value}
 
 
 def fully_masked_rows(mask: np.ndarray) -> int:
