@@ -28,14 +28,21 @@ cases is a per-case ``error`` naming the module and the stage.  torch is importe
 
 from __future__ import annotations
 
-import difflib
 import os
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from pldr_ref.adapters.declaration_check import (
+    PROBE_BATCH,
+    PROBE_SEQ,
+    ProbeCase,
+    never_reached,
+    probe_ids,
+    static_problems,
+)
+from pldr_ref.adapters.param_names import map_params, name_mapper
 from pldr_ref.adapters.stage_map import Call, Source, entry_stage, expand_stage_map, trace_names
 from pldr_ref.adapters.switch_declaration import (
     computed_switches,
@@ -44,6 +51,7 @@ from pldr_ref.adapters.switch_declaration import (
 )
 from pldr_ref.adapters.torch_recorder import AdapterError, ModuleHooks, Recording, StopForward
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
+from pldr_ref.params import param_shapes
 from pldr_ref.registry import ALL_STAGES
 
 #: How ``call`` receives the mask.  ``float``: float ``[B, 1, S, T]``, 1.0 where a key is masked (the released
@@ -60,9 +68,6 @@ PRECISIONS = ("autocast", "cast")
 ALLOWED_VALUE_DTYPES = {"float64": ("float64",), "float32": ("float32",), "bfloat16": ("bfloat16", "float32"),
                         "float16": ("float16", "float32")}
 
-#: Batch and sequence length of the dry run (the probe input: one row without padding, one with a pad at the end).
-PROBE_BATCH, PROBE_SEQ = 2, 5
-
 #: Most (case, call inputs) kept for stage isolation (the harness isolates the case it has just run).
 CALL_INPUTS_KEPT = 8
 
@@ -77,27 +82,6 @@ def _torch() -> Any:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("pldr_ref.adapters.torch_module needs PyTorch: `pip install \"pldr-ref[torch]\"`") from exc
     return torch
-
-
-def name_mapper(params: Mapping[str, str] | Callable[[str], str | None] | None) -> Callable[[str], str | None]:
-    """``golden name -> module name`` from the ``params`` declaration (see the module docstring)."""
-    if params is None:
-        return lambda name: name
-    if callable(params):
-        return params
-    rules = []
-    for pattern, target in sorted(params.items(), key=lambda kv: -len(kv[0])):
-        rx = "^" + "".join(f"(?P<{m.group(1)}>\\d+)" if m.group(1) else re.escape(m.group(0))
-                           for m in re.finditer(r"\{(\w+)\}|[^{]+|\{", pattern))
-        rules.append((re.compile(rx), target))
-
-    def mapped(name: str) -> str | None:
-        for rx, target in rules:
-            m = rx.match(name)
-            if m:
-                return target.format(**m.groupdict()) + name[m.end():]
-        return name
-    return mapped
 
 
 def _heads_layout(torch: Any, t: Any, layout: str, heads: int, to_golden: bool) -> Any:
@@ -298,7 +282,8 @@ class TorchModuleBackend:
             return hit
         if module is None:
             module = self._build(config, dtype)
-        self._modules[key] = _Built(module, self._map_params(module, config))
+        own = {n: tuple(p.shape) for n, p in module.named_parameters()}
+        self._modules[key] = _Built(module, map_params(own, param_shapes(config), self.rename))
         return self._modules[key]
 
     def _build(self, config: Any, dtype: str) -> Any:
@@ -308,38 +293,6 @@ class TorchModuleBackend:
         except Exception as exc:
             raise AdapterError(f"the module factory raised {type(exc).__name__}: {exc}") from exc
         return module.to(device=self.device, dtype=self._run_dtype(dtype)[0]).eval()
-
-    def _map_params(self, module: Any, config: Any) -> dict[str, str]:
-        """golden name -> module name for every golden parameter the module uses; ``AdapterError`` listing the
-        golden names mapped to nothing, the module parameters no golden name fills, and shape mismatches."""
-        from pldr_ref.params import param_shapes
-
-        own = dict(module.named_parameters())
-        shapes = param_shapes(config)
-        names, unknown, wrong = {}, [], []
-        for gname, shape in shapes.items():
-            mname = self.rename(gname)
-            if mname is None:
-                continue
-            if mname not in own:
-                unknown.append(f"{gname} -> {mname}")
-                continue
-            if tuple(own[mname].shape) != tuple(shape):
-                wrong.append(f"{gname} {tuple(shape)} -> {mname} {tuple(own[mname].shape)}")
-            names[gname] = mname
-        unfilled = sorted(set(own) - set(names.values()))
-        problems = []
-        if unknown:
-            problems.append("golden parameters mapped to no module parameter: " + ", ".join(unknown[:6])
-                            + (f" (+{len(unknown) - 6})" if len(unknown) > 6 else ""))
-        if unfilled:
-            problems.append("module parameters no golden parameter fills: " + ", ".join(unfilled[:6])
-                            + (f" (+{len(unfilled) - 6})" if len(unfilled) > 6 else ""))
-        if wrong:
-            problems.append("shape mismatches: " + ", ".join(wrong[:6]))
-        if problems:
-            raise AdapterError("parameter map: " + "; ".join(problems))
-        return names
 
     def _load(self, built: _Built, params: Any) -> None:
         """Copy the case's parameters into the module (rounded to its dtype), unless they are already there (the
@@ -497,16 +450,14 @@ class TorchModuleBackend:
         dtype = self.dtypes[0] if "float32" not in self.dtypes else "float32"
         try:
             module = self._build(config, dtype)
-            problems = self._static_problems(module, sources)
+            problems = static_problems([p for p, _ in module.named_modules()], sources)
             if problems:
                 raise AdapterError("the stage map does not fit the module built for the probe config: "
                                    + "; ".join(problems))
             self._module(config, dtype, module)
         except AdapterError as exc:
             raise ValueError(f"{self.name}: {exc}") from None
-        ids = (np.arange(PROBE_BATCH * PROBE_SEQ).reshape(PROBE_BATCH, PROBE_SEQ) % (config.vocab_size - 1)) + 1
-        ids[1, -1] = config.pad_id
-        case = _ProbeCase(config, ids)
+        case = ProbeCase(config, probe_ids(config))
         inputs = self._case_inputs(case)
         params = init_params(config, seed=0)
         try:
@@ -516,7 +467,7 @@ class TorchModuleBackend:
         problems = []
         for name, src in sources.items():
             if name not in rec.hits:
-                problems.append(self._never_reached(name, src, rec))
+                problems.append(never_reached(name, src, rec))
                 continue
             try:
                 self._golden_array(name, src, rec.captured[name], config, dtype,
@@ -531,27 +482,6 @@ class TorchModuleBackend:
         for built in self._modules.values():
             built.hooks.remove()
         self._modules.clear()
-
-    def _static_problems(self, module: Any, sources: Mapping[str, Source]) -> list[str]:
-        paths = [p for p, _ in module.named_modules()]
-        problems = []
-        for name, src in sources.items():
-            if src.module not in paths:
-                near = difflib.get_close_matches(src.module, paths, n=2)
-                problems.append(f"entry {name!r} (stage {entry_stage(name)}): no module {src.module!r}"
-                                + (f" (did you mean {' or '.join(map(repr, near))}?)" if near else ""))
-        return problems
-
-    def _never_reached(self, name: str, src: Source, rec: Recording) -> str:
-        if isinstance(src, Call):
-            made = sorted((f, n) for (p, f), n in rec.function_calls.items() if p == src.module)
-            listing = ", ".join(f"{f} x{n}" for f, n in made if not f.startswith("get") and f != "__get__")
-            return (f"entry {name!r} (stage {entry_stage(name)}): {src.describe()} never happens "
-                    f"(module {src.module!r} made {rec.function_calls.get((src.module, src.name), 0)} such call(s); "
-                    f"its direct calls: {listing or 'none'})")
-        calls = rec.module_calls.get(src.module, 0)
-        return (f"entry {name!r} (stage {entry_stage(name)}): {src.describe()} never happens "
-                f"(module {src.module!r} was called {calls} time(s))")
 
     def _find_isolatable(self, config: Any, params: Any, dtype: str, inputs: Mapping[str, Any],
                          sources: Mapping[str, Source]) -> tuple[str, ...]:
@@ -582,13 +512,6 @@ class TorchModuleBackend:
             if all(n in sources for n in outs) and all(n in consumed for n in ins):
                 found.append(stage_name)
         return tuple(found)
-
-
-class _ProbeCase:
-    """The minimal case of the dry run (what :func:`pldr_ref.harness.localize.model_positions_and_mask` reads)."""
-
-    def __init__(self, config: Any, ids: np.ndarray) -> None:
-        self.config, self.inputs, self.args, self.kind = config, {"token_ids": ids}, {}, "forward"
 
 
 class _null:  # noqa: N801 - a context manager that does nothing
