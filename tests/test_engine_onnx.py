@@ -116,6 +116,22 @@ def test_baked_parameters_must_match_the_case(exported, tmp_path):
         backend.run_case(load_case(DEFAULT_GOLDEN_DIR / "g_mode/learned_tiny"), "float32")  # same config
 
 
+#: Forward cases of the default run (one export and one ONNX Runtime session each): the tiny model, left padding
+#: with a finfo_min and an additive mask, a G_LM mode, the cumulative Gram and a 72-token row; the whole forward
+#: suite is the ``-m slow`` test below.
+DEFAULT_FORWARD_CASES = ("model/tiny_exact", "model/tiny_left_pad_finfo_min", "model/tiny_left_pad_additive",
+                         "g_mode/identity_small", "model/rows_s72_cumulative_gram")
+
+
+def test_export_backend_passes_representative_forward_cases_in_float32():
+    cases = [load_case(DEFAULT_GOLDEN_DIR / name) for name in DEFAULT_FORWARD_CASES]
+    results = validate(OnnxExportBackend(), cases, ["float32"])
+    bad = [f"{r.case}: {r.status} {r.reason}" for r in results if r.status in FAILING_STATUSES]
+    assert not bad, "\n".join(bad)
+    assert sum(r.status == "pass" for r in results) >= 4, [(r.case, r.status, r.reason) for r in results]
+
+
+@pytest.mark.slow
 def test_export_backend_passes_every_forward_case_in_float32():
     cases = list(iter_cases(DEFAULT_GOLDEN_DIR, groups=("model", "g_mode")))
     results = validate(OnnxExportBackend(), cases, ["float32"])

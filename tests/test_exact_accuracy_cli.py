@@ -33,12 +33,11 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
 def test_register_and_deterministic_report() -> None:
     code, first = run_cli(ARGS)
     assert code == 0
-    _, second = run_cli(ARGS)
-    assert first == second
     for stage in accuracy.STAGE_ORDER:
         assert f"| {stage} |" in first
     assert "### tiny:" in first and "### all configs pooled" in first and "seeds: 0" in first
-    # same output from python -m (the command documented in docs/accuracy.md)
+    # deterministic: the same output from a second run, in its own process through python -m (the command
+    # documented in docs/accuracy.md)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     res = subprocess.run([sys.executable, "-m", "pldr_ref.exact.accuracy", *ARGS[1:]], capture_output=True, text=True,
                          env=env, timeout=120, check=True)

@@ -48,7 +48,15 @@ def test_arb_refusals_are_only_emulation_switch_cases() -> None:
     assert len(refused) < len(EXACT_CASES) // 2
 
 
-@pytest.mark.parametrize("name", EXACT_CASES)
+#: Exact cases whose arb run takes a minute on 2 cores, under ``-m slow``: the 14-head d_k 64 five-layer trained-G_LM
+#: case (the arb engine reads G_LM as a parameter like every G mode: the other g_mode cases stay in the default
+#: run, and tests/test_exact_arb_real_width.py certifies the v510-110m widths there) and model/medium (the same
+#: forward as model/small and the other model cases of the default run, at a larger size).
+SLOW_CASES = ("g_mode/external_pldrv51_110m_1", "model/medium")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_CASES else n
+                                  for n in EXACT_CASES])
 def test_arb_engine_reproduces_golden_exact_case(name: str) -> None:
     case = load_case(GOLDEN / name)
     reason = _arb_refusal(case)

@@ -208,9 +208,9 @@ def test_rope_float32_quirk_matches_float32_tier_up_to_4095() -> None:
     # IEEE fixes everything but float32 cos/sin/pow; libm/SIMD kernels may differ by one float32 ulp
     assert np.max(np.abs(got - f64) / np.maximum(np.abs(got), 1e-30)) <= 2 * 2.0**-23
     assert np.mean(got == f64) >= 0.99
-    # negative control: the float32 quirk is not the exact RoPE
-    exact = exact_op("apply_rope", x, pos, layout="interleaved", precision="exact")
-    assert np.max(np.abs(exact - got)) > 1e-6
+    # negative control: the float32 quirk is not the exact RoPE (the last 64 positions, where they differ most)
+    exact = exact_op("apply_rope", x[:, -64:], pos[-64:], layout="interleaved", precision="exact")
+    assert np.max(np.abs(exact - got[:, -64:])) > 1e-6
 
 
 # ------------------------------------------------------------------ linear algebra stages
