@@ -32,3 +32,32 @@ def test_run_engine_keeps_the_reason_of_a_failing_case(monkeypatch):
     assert out["counts"] == {"fail": 1}
     assert len(out["problems"]) == 1 and out["problems"][0].startswith("model/tiny_identity_g_short: fail: ")
     assert len(out["problems"][0]) <= len("model/tiny_identity_g_short: fail: ") + engine_report.REASON_CHARS
+
+
+def test_run_engine_runs_an_engine_in_a_child_process_under_a_limit(monkeypatch):
+    """Issue 29 cause 1: the report's per-case limit stops engines as validate's does (a child process killed at the
+    deadline, not a SIGALRM that cannot interrupt a C++ call); without a limit the engine stays in process."""
+    import pldr_ref.harness.engine_process as engine_process
+    import pldr_ref.harness.protocol as protocol
+
+    started, closed = [], []
+
+    class FakeChild(ZeroLogits):
+        enforces_deadline = True
+
+        def __init__(self, recipe, *, start_timeout=None):
+            started.append((recipe, start_timeout))
+
+        def close(self):
+            closed.append(True)
+
+    monkeypatch.setattr(engine_process, "ProcessBackend", FakeChild)
+    monkeypatch.setattr(protocol, "load_backend", lambda spec: ZeroLogits())
+    case = load_case(DEFAULT_GOLDEN_DIR / "model/tiny_identity_g_short")
+    spec = "pldr_ref.backends.onnx_backend:OnnxExportBackend"
+    out = engine_report.run_engine(spec, "float32", [case], timeout=30)
+    assert started == [(("spec", spec), 30)] and closed == [True] and out["counts"] == {"fail": 1}
+    # negative control: no limit, no child
+    started.clear()
+    out = engine_report.run_engine(spec, "float32", [case], timeout=0)
+    assert started == [] and out["counts"] == {"fail": 1}

@@ -58,17 +58,26 @@ REASON_CHARS = 300
 def run_engine(spec: str, dtype: str, cases: list[Any], timeout: float | None = None) -> dict[str, Any]:
     """Validate one engine in one dtype: {"counts", "margins", "seconds", "problems"} (JSON-able; ``problems``:
     "case: status: reason" of every failing or erroring case), or {"skipped": reason}.  ``timeout``: the per-case
-    time limit (default :data:`~pldr_ref.harness.validate.DEFAULT_TIMEOUT_S`; 0 = none)."""
-    from pldr_ref.harness.protocol import load_backend
+    time limit (default :data:`~pldr_ref.harness.validate.DEFAULT_TIMEOUT_S`; 0 = none): with one, the engine runs in
+    a child process killed at it, as in ``pldr-ref validate`` (:mod:`pldr_ref.harness.engine_process`)."""
+    from pldr_ref.harness import engine_process
+    from pldr_ref.harness.protocol import CaseTimeout, load_backend
     from pldr_ref.harness.validate import DEFAULT_TIMEOUT_S, FAILING_STATUSES, validate
 
-    try:
-        backend = load_backend(spec)
-    except (ValueError, ImportError) as exc:
+    limit = DEFAULT_TIMEOUT_S if timeout is None else (timeout or None)
+    recipe = ("spec", spec)
+    try:  # with a limit an engine runs in a child process killed at it: a SIGALRM cannot stop a C++ call
+        backend = (engine_process.ProcessBackend(recipe, start_timeout=limit)
+                   if engine_process.wants_child_process(recipe, limit) else load_backend(spec))
+    except (ValueError, ImportError, CaseTimeout, engine_process.EngineCallError) as exc:
         return {"skipped": str(exc)}
     t0 = time.perf_counter()
-    limit = DEFAULT_TIMEOUT_S if timeout is None else (timeout or None)
-    results = validate(backend, cases, [dtype], timeout=limit)
+    try:
+        results = validate(backend, cases, [dtype], timeout=limit)
+    finally:
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()
     seconds = time.perf_counter() - t0
     problems = [f"{r.case}: {r.status}: {r.reason[:REASON_CHARS]}" for r in results if r.status in FAILING_STATUSES]
     return {"counts": dict(collections.Counter(r.status for r in results)),
