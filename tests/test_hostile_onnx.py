@@ -163,7 +163,7 @@ def test_validate_onnx_on_a_file_of_zeros_is_one_error_line(tmp_path: Path, caps
     zeros.write_bytes(bytes(4096))
     assert main(["validate", "--quiet", "--onnx", str(zeros)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("pldr-ref validate: --onnx") and "not an ONNX model" in err[0]
+    assert len(err) == 1 and err[0].startswith("pldr-ref validate: error: --onnx") and "not an ONNX model" in err[0]
 
 
 # ----------------------------------------------------------------------------- cause 11: bfloat16
@@ -447,7 +447,7 @@ def test_export_cli_names_the_switch_value_it_cannot_express(tmp_path: Path, cap
     out = tmp_path / "m.onnx"
     assert main(["export", "onnx", "--case", "model/switch_masked_row_zeros", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["pldr-ref export onnx: cannot export this config to ONNX: masked_row='zeros' (the graph "
+    assert err == ["pldr-ref export onnx: error: cannot export this config to ONNX: masked_row='zeros' (the graph "
                    "computes arithmetic)"] and not out.exists()
     # negative control: without the check the model is written and its logits are wrong (fail, not refused)
     import pldr_ref.switches

@@ -20,21 +20,28 @@ import numpy as np
 from pldr_ref.config import profile_switches
 from pldr_ref.switches import BY_NAME, ENGINE_SWITCHES
 
+
+def _values_but(switch: str, *excluded: str) -> frozenset[str]:
+    """Every value of ``switch`` in the switch table (:mod:`pldr_ref.switches`) except ``excluded``."""
+    return frozenset(v for v in BY_NAME[switch].values if v not in excluded)
+
+
 #: Values of one switch that give the same numbers within float32 rounding (each group, one frozenset).  The RoPE
 #: table and arithmetic, the score and embedding scales, the dtype the mask is added in and the softmax precision
 #: differ by a few float32 ulps; tables from another formula (``keras-0.6.4``) or given by the user are not here.
 ROUNDING_EQUIVALENT: Mapping[str, frozenset[str]] = {
-    "rope_precision": frozenset({"exact", "float32"}),
-    "rope_table": frozenset({"auto", "exact", "float32"}),
-    "rope_arithmetic": frozenset({"auto", "float64", "float32", "float64_qk_f32"}),
-    "score_scale": frozenset({"exact", "float32", "reciprocal"}),
-    "embed_scale_precision": frozenset({"exact", "float32"}),
-    "mask_add_dtype": frozenset({"float64", "float32"}),
-    "softmax_precision": frozenset({"float64", "float32"}),
+    "rope_precision": _values_but("rope_precision"),
+    "rope_table": _values_but("rope_table", "keras-0.6.4", "explicit"),
+    "rope_arithmetic": _values_but("rope_arithmetic"),
+    "score_scale": _values_but("score_scale"),
+    "embed_scale_precision": _values_but("embed_scale_precision"),
+    "mask_add_dtype": _values_but("mask_add_dtype"),
+    "softmax_precision": _values_but("softmax_precision", "explicit"),
 }
 
-#: Mask modes that agree on every row that keeps at least one key (checked per case: :func:`mask_mode_difference`).
-MASK_MODES_ON_UNMASKED_ROWS = frozenset({"ideal", "additive", "finfo_min"})
+#: Mask modes that agree on every row that keeps at least one key (checked per case: :func:`mask_mode_difference`):
+#: every mode of the table (-inf, an additive -1e9 and finfo.min all give an exact zero weight after the softmax).
+MASK_MODES_ON_UNMASKED_ROWS = _values_but("mask_mode")
 
 
 def computed_switches(profile: str | None, switches: Mapping[str, Any] | None) -> dict[str, str]:

@@ -28,7 +28,6 @@ cases is a per-case ``error`` naming the module and the stage.  torch is importe
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -50,6 +49,7 @@ from pldr_ref.adapters.switch_declaration import (
     mask_mode_difference,
 )
 from pldr_ref.adapters.torch_recorder import AdapterError, ModuleHooks, Recording, StopForward
+from pldr_ref.env_vars import read_env
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
 from pldr_ref.params import param_shapes
 from pldr_ref.registry import ALL_STAGES
@@ -156,8 +156,8 @@ class TorchModuleBackend:
         self.rename = name_mapper(params)
         self.computed = computed_switches(profile, switches)
         self.switches = declared_values(self.computed, below_float64_only="float64" not in self.dtypes)
-        self.device = torch.device(device or os.environ.get("PLDR_REF_TORCH_DEVICE") or "cpu")
-        threads = num_threads if num_threads is not None else os.environ.get("PLDR_REF_TORCH_THREADS")
+        self.device = torch.device(device or read_env("PLDR_REF_TORCH_DEVICE") or "cpu")
+        threads = num_threads if num_threads is not None else read_env("PLDR_REF_TORCH_THREADS")
         if threads:
             torch.set_num_threads(int(threads))
         self._modules: dict[tuple[str, str], _Built] = {}

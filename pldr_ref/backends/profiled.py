@@ -19,9 +19,10 @@ import numpy as np
 
 from pldr_ref.config import profile_switches
 from pldr_ref.harness.protocol import SWITCHES, Capabilities, Unsupported
+from pldr_ref.switches import BY_NAME
 
 #: RoPE pairings an HF config may choose (``reference_rope``): an HF profile's rope arithmetic follows it.
-LAYOUTS = ("interleaved", "half")
+LAYOUTS = tuple(BY_NAME["rope_layout"].values)
 
 
 class ProfiledBackend:
