@@ -4,9 +4,11 @@
                       [--group model ...] [-k REGEX] [--out OUT.json] [--junit OUT.xml]
                       [--timeout SECONDS] [--no-isolation] [--timing] [--quiet]
 
-Exit status: 0 when every case passes (or is unsupported / not applicable) and something was judged;
-1 when a case fails, errors (crash, exit, hang past --timeout) or is left not judgeable, when nothing
-was judged, when the suite's integrity cannot be checked (no MANIFEST.json, cases missing from it or
+Exit status: 0 when no case fails or errors and at least one case was judged (passed) -- a case left not
+judgeable ("not covered": the dtype cannot resolve its primary output) is reported, never counted as a pass,
+and does not by itself change the exit status; 1 when a case fails (a gross error fails even where not
+judgeable), errors (crash, exit, hang past --timeout), when nothing was judged (every case unsupported, not
+applicable or not judgeable), when the suite's integrity cannot be checked (no MANIFEST.json, cases missing from it or
 from disk, modified files) or the backend declares kinds the harness does not know -- the reason is
 printed, and the table, JSON and JUnit reports are written in every one of these cases; 2 for a
 usage problem (bad backend name, a backend whose import, constructor or capabilities() raises, unknown
