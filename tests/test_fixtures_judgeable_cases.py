@@ -133,7 +133,7 @@ def test_trained_like_scales_condition_the_bfloat16_chain():
     from pldr_ref.fixtures.baselines import PRECISIONS, baseline_outputs
     from pldr_ref.fixtures.build import spec_params
     from pldr_ref.fixtures.runners import run_kind
-    from pldr_ref.harness.naive_run import naive_stats
+    from pldr_ref.harness.storage_run import error_stats
 
     spec = next(s for s in conditioned_cases() if s.name == "model/conditioned_d64_h2_padded")
 
@@ -142,7 +142,7 @@ def test_trained_like_scales_condition_the_bfloat16_chain():
         inputs = s.inputs()
         gold = run_kind("forward", s.config, params, {}, inputs)["logits"]
         low = baseline_outputs("forward", params, {}, inputs, PRECISIONS["bfloat16"])["logits"]
-        return naive_stats(gold, low).rms_rel
+        return error_stats(gold, low).rms_rel
 
     conditioned = naive_rms(spec)
     raw = naive_rms(dataclasses.replace(spec, param_scales={}))
