@@ -89,11 +89,14 @@ def test_the_store_keeps_every_arithmetic():
         return 0.01 if m.accumulate == "storage" else 0.002
 
     stats = arithmetic_stats(_per_member("float16", err), "float16")
-    assert ensemble._decode(ensemble._encode(stats)) == stats
+    assert ensemble._decode(ensemble._encode(stats, "float16"), "float16") == stats
     same = arithmetic_stats(_per_member("float16", lambda m: 0.002), "float16")
-    assert ensemble._encode(same)[2] == 0  # the widest adds nothing here: stored as "the same"
-    assert ensemble._decode(ensemble._encode(same)) == same
-    assert ensemble._decode(None) is None and ensemble._decode("absent") == "absent"
+    encoded = ensemble._encode(same, "float16")
+    assert encoded[2] == 0  # the widest adds nothing here: stored as "the same"
+    decoded = ensemble._decode(encoded, "float16")
+    assert decoded.widest.rms_rel == same.widest.rms_rel == 0.002 and decoded.of("float32-accumulate") == same.of(
+        "float32-accumulate")
+    assert ensemble._decode(None, "float16") is None and ensemble._decode("absent", "float16") == "absent"
 
 
 def test_every_battery_backend_declares_its_arithmetic():

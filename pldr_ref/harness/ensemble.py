@@ -169,24 +169,37 @@ def _store() -> dict[str, Any]:
     return _STORE
 
 
-def _encode(st: Any) -> list | str | None:
+def _encode(st: Any, dtype: str) -> list | str | None:
     """Stored form of an :class:`ArithmeticStats`: [n, per key of ARITHMETIC_KEYS: [max, rms, |offset|, |gain|,
-    the index of the choice group that set each (in ``choice_groups(dtype, key)``)], 0 where a key's statistic equals
-    the previous key's, None where it is non-finite]; None and strings (absent) as they are."""
+    the index in ``choice_groups(dtype, key)`` of the group that set each], 0 where a key's numbers equal the
+    previous key's, None where non-finite]; None and strings (absent) as they are."""
     if st is None or isinstance(st, str):
         return st
     out: list[Any] = [st.widest.n]
     prev: Any = None
-    for _key, s in st.by_arithmetic:
-        if s is not None and prev is not None and s == prev:
+    for key, s in st.by_arithmetic:
+        numbers = None if s is None else [s.max_abs, s.rms_rel, s.offset, s.gain]
+        if numbers is not None and prev is not None and numbers == prev:
             out.append(0)
+        elif numbers is None:
+            out.append(None)
         else:
-            out.append(None if s is None else [s.max_abs, s.rms_rel, s.offset, s.gain, list(s.groups)])
-        prev = s
+            labels = _label_table(dtype, key)
+            out.append([*numbers, [labels.index(g) if g in labels else -1 for g in (s.groups or ("all",) * 4)]])
+        prev = numbers
     return out
 
 
-def _decode(v: list | str | None) -> Any:
+def _label_table(dtype: str, key: str) -> list[str]:
+    """The group labels a statistic of arithmetic ``key`` can carry: its own choice groups, then those of the
+    narrower keys, qualified by their key (:func:`_at_least`)."""
+    out = [label for label, _ in choice_groups(dtype, key)]
+    for narrower in ARITHMETIC_KEYS[:ARITHMETIC_KEYS.index(key)]:
+        out += [f"{label} [{narrower}]" for label, _ in choice_groups(dtype, narrower)]
+    return out
+
+
+def _decode(v: list | str | None, dtype: str) -> Any:
     if v is None or isinstance(v, str):
         return v
     n, entries, prev = int(v[0]), [], None
@@ -196,7 +209,9 @@ def _decode(v: list | str | None) -> Any:
         elif e is None:
             s = None
         else:
-            s = ErrorStats(e[0], e[1], e[2], e[3], n, groups=tuple(e[4]))
+            labels = _label_table(dtype, key)
+            groups = tuple(labels[i] if 0 <= i < len(labels) else "?" for i in e[4])
+            s = ErrorStats(e[0], e[1], e[2], e[3], n, groups=groups)
         entries.append((key, s))
         prev = s
     return ArithmeticStats(tuple(entries))
@@ -207,8 +222,8 @@ def stored_stats(case: Any, dtype: str, key: str, compute: Callable[[], Any]) ->
     from the store, else ``compute()`` (then kept in the store for this process)."""
     entry = _store().setdefault(_digest(case), {}).setdefault(dtype, {})
     if key not in entry:
-        entry[key] = _encode(compute())
-    return _decode(entry[key])
+        entry[key] = _encode(compute(), dtype)
+    return _decode(entry[key], dtype)
 
 
 #: Arithmetic choices (fields of :class:`~pldr_ref.harness.arithmetic.Arithmetic`) whose values group the members
@@ -313,21 +328,24 @@ def arithmetic_stats(per_member: list[Any], dtype: str) -> ArithmeticStats | Non
     members with the others); None: non-finite under the widest."""
     out: list[tuple[str, ErrorStats | None]] = []
     prev: ErrorStats | None = None
+    prev_key = ""
     for key in ARITHMETIC_KEYS:
         s = robust_stats(per_member, dtype, key)
         if s is not None and prev is not None:
-            s = _at_least(s, prev)
+            s = _at_least(s, prev, prev_key)
         out.append((key, s))
-        prev = s if s is not None else prev
+        if s is not None:
+            prev, prev_key = s, key
     return None if out[-1][1] is None else ArithmeticStats(tuple(out))
 
 
-def _at_least(s: ErrorStats, narrower: ErrorStats) -> ErrorStats:
-    """``s`` with each of max, rms, offset, gain raised to ``narrower``'s (and that group's label) where larger."""
+def _at_least(s: ErrorStats, narrower: ErrorStats, key: str) -> ErrorStats:
+    """``s`` with each of max, rms, offset, gain raised to ``narrower``'s (the statistic of arithmetic ``key``) where
+    larger, with that group's label qualified by ``key``."""
     pairs = [(s.max_abs, narrower.max_abs), (s.rms_rel, narrower.rms_rel), (s.offset, narrower.offset),
              (s.gain, narrower.gain)]
     labels = s.groups or ("all",) * 4
-    low = narrower.groups or ("all",) * 4
+    low = tuple(g if g.endswith("]") else f"{g} [{key}]" for g in (narrower.groups or ("all",) * 4))
     vals = [max(a, b) for a, b in pairs]
     groups = tuple(lab if a >= b else lo for (a, b), lab, lo in zip(pairs, labels, low, strict=True))
     return ErrorStats(vals[0], vals[1], vals[2], vals[3], s.n, groups=groups)
