@@ -221,14 +221,15 @@ class _GoldenTrace:
         return out
 
 
-def test_a_gross_error_fails_a_not_judgeable_case_at_its_stage(suite, monkeypatch):
+def test_a_gross_error_fails_a_not_judgeable_case_at_its_stage(monkeypatch):
     """Attention weights 3x too large (relative RMS error 2) where bfloat16 cannot judge them: the case fails at
     masked_softmax with the gross-error sentence; the golden trace is not covered there (negative control), and
     without the gross-error bound the wrong one would be not covered too."""
+    from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
     from pldr_ref.harness import tolerance
     from pldr_ref.harness.validate import validate_case
 
-    case = suite[NOT_JUDGEABLE_BF16]
+    case = load_case(DEFAULT_GOLDEN_DIR / NOT_JUDGEABLE_BF16)
     assert validate_case(_GoldenTrace(), case, "bfloat16").status == "not_judgeable"
     bad = validate_case(_GoldenTrace(3.0), case, "bfloat16")
     assert bad.status == "fail" and bad.first_failure["stage"] == "masked_softmax", bad.reason
