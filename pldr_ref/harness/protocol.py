@@ -51,8 +51,9 @@ SWITCHES = ENGINE_SWITCHES
 #: kernels do (cuBLAS, ``tl.dot``, FlashAttention): products and reductions accumulated in float32, softmax and
 #: LayerNorm statistics and every elementwise op in float32, stage outputs stored in the dtype (the default);
 #: ``dtype-accumulate`` -- some sums (a matrix product, P@V, Q G K^T, a reduction) accumulated in the 16-bit dtype;
-#: ``dtype-elementwise`` -- elementwise work (softmax, LayerNorm, activations, powers) rounded to the dtype after
-#: every op, as eager 16-bit frameworks do.  A backend declaring either dtype arithmetic is judged against every
+#: ``dtype-elementwise`` -- every op's output stored in the dtype (a matrix product's inside a stage included, and
+#: elementwise work: softmax, LayerNorm, activations, powers), as eager 16-bit frameworks do (the bundled torch and
+#: JAX backends).  A backend declaring either dtype arithmetic is judged against every
 #: calibration member, those making these choices included (a wider allowance); in float32 they coincide.
 ARITHMETICS = ("float32-accumulate", "dtype-accumulate", "dtype-elementwise")
 #: What a backend that declares nothing is judged against.
