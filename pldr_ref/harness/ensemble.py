@@ -3,17 +3,16 @@
 Each member of :data:`ENSEMBLE` is an :class:`~pldr_ref.harness.arithmetic.Arithmetic`: one legitimate way to
 compute the model in a storage dtype (accumulation in float32 or in the dtype, elementwise work in float32 or in
 the dtype, one-pass or blocked sums in two orders, two-pass or online softmax, exp or exp2, division or
-reciprocal, fused or unfused bias and activation, TF32 products in float32 runs, and a member evaluating each stage
-in float64 that rounds only stage outputs).  Every member runs the case (or the isolated stage) through the
-reference code with its arithmetic (:func:`pldr_ref.harness.arithmetic.emulating`); its error against the golden value gives four numbers
-per output (max error, relative RMS, offset, gain).  The statistic of each (:func:`robust_stats`) is the largest,
-over the groups of members making one arithmetic choice (:func:`choice_groups`), of the group's **median** --
-never one run's maximum -- taken among the members the arithmetic a backend declares covers
-(:data:`ARITHMETIC_KEYS`: the float32-accumulating GPU default, or every member), and the policy
-(:mod:`pldr_ref.harness.tolerance`) scales it.  The statistics are
-rounded up to :data:`SIGNIFICANT_DIGITS` significant digits, so an allowance is the same on every machine, BLAS,
-thread count and ml_dtypes version (the arithmetic is elementwise NumPy in explicit order, the rounding
-pldr_ref's own).
+reciprocal, fused or unfused bias and activation, TF32 products in float32 runs, and a member evaluating each
+stage in float64 that rounds only stage outputs).  Every member runs the case (or the isolated stage) through the
+reference code with its arithmetic (:func:`pldr_ref.harness.arithmetic.emulating`); its error against the golden
+value gives four numbers per output (max error, relative RMS, offset, gain).  The statistic of each
+(:func:`robust_stats`) is the largest, over the groups of members making one arithmetic choice
+(:func:`choice_groups`), of the group's **median** -- never one run's maximum -- taken among the members the
+arithmetic a backend declares covers (:data:`ARITHMETIC_KEYS`: the float32-accumulating GPU default, or every
+member), and the policy (:mod:`pldr_ref.harness.tolerance`) scales it.  The statistics are rounded up to
+:data:`SIGNIFICANT_DIGITS` significant digits, so an allowance is the same on every machine, BLAS, thread count and
+ml_dtypes version (the arithmetic is elementwise NumPy in explicit order, the rounding pldr_ref's own).
 
 Members are evaluated once per case, dtype (and isolated stage) and process (:func:`case_runs`, memoized on the
 case's content); the statistics of the committed suite are read from :data:`CACHE_FILE`, which
