@@ -178,7 +178,7 @@ def _argument_bits(args: tuple[np.ndarray, ...], shape: tuple[int, ...]) -> np.n
     """A uint64 digest of the float64 bits of the arguments, element by element (broadcast to ``shape``)."""
     h = np.zeros(shape, dtype=np.uint64)
     for a in args:
-        bits = np.broadcast_to(np.ascontiguousarray(a, dtype=np.float64).view(np.uint64), shape)
+        bits = np.array(np.broadcast_to(np.asarray(a, dtype=np.float64), shape)).view(np.uint64)
         h = mix64(h ^ bits)
     return h
 
