@@ -208,8 +208,11 @@ def test_subprocess_error_and_ctrl_c(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     # Ctrl-C in the middle of a verify: one line, status 130
+    # a shell starts background jobs with SIGINT ignored, and an ignored signal stays ignored across exec: give the
+    # command the default disposition a terminal's Ctrl-C meets, whatever launched pytest
     run = subprocess.Popen([sys.executable, "-m", "pldr_ref.cli", "golden", "verify"], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert run.stderr.readline()  # the first progress line: the command is running
     run.send_signal(signal.SIGINT)
     _, err = run.communicate(timeout=120)

@@ -341,7 +341,8 @@ def test_ctrl_c_stops_an_endless_onnx_loop(exported: Path, tmp_path: Path) -> No
     entry = "import sys; from pldr_ref.cli import main; sys.exit(main(sys.argv[1:]))"
     cmd = [sys.executable, "-c", entry, "validate", "--onnx", str(loop), "--timeout", "600", "-k",
            "^model/tiny_padded_exact$", "--quiet"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=False)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=False,  # SIGINT not ignored,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # even in a background job
     time.sleep(20)  # the child is inside ONNX Runtime's endless Loop by now
     assert proc.poll() is None
     children = child_pids(proc.pid)
