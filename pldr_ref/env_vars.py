@@ -12,6 +12,7 @@ reported as malformed or a model that "cannot be loaded" (issue 29, cause 7).
 ``PLDR_REF_ORT_THREADS``    ONNX Runtime intra-op threads (1 to :data:`MAX_THREADS`; default 1)
 ``PLDR_REF_TORCH_DEVICE``   torch device of the torch backends (``cpu``, ``cuda``, ``cuda:N``, ``mps``, ...)
 ``PLDR_REF_TRACEBACK``      ``1``: a failing command shows its traceback instead of one error line; ``0`` or empty: not
+``PLDR_REF_CACHE``          folder of the generated suites (``validate --profile``; else ``~/.cache/pldr_ref/suites``)
 =========================  ======================================================================================
 """
 
@@ -74,6 +75,13 @@ def parse_device(raw: str) -> str:
     return text
 
 
+def parse_folder(raw: str) -> str:
+    """A folder path (``~`` expanded later): one line without NUL, never only spaces."""
+    if not raw.strip() or "\x00" in raw or "\n" in raw:
+        raise ValueError(raw)
+    return raw
+
+
 def parse_flag(raw: str) -> bool:
     """``1`` -> True; ``0`` or empty -> False."""
     text = raw.strip()
@@ -90,6 +98,7 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("PLDR_REF_ORT_THREADS", f"a positive integer (1 to {MAX_THREADS})", parse_thread_count),
     EnvVar("PLDR_REF_TORCH_DEVICE", "a torch device name such as cpu, cuda or cuda:1", parse_device),
     EnvVar("PLDR_REF_TRACEBACK", "1 (show tracebacks), 0 or empty", parse_flag, empty_is_unset=False),
+    EnvVar("PLDR_REF_CACHE", "a folder path on one line", parse_folder),
 )}
 
 

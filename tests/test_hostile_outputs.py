@@ -161,6 +161,19 @@ def test_good_environment_values_are_read_negative_control(tiny: Path, monkeypat
     assert run_main(main, ["golden", "verify", "--suite-dir", tiny, "--quiet"], capsys)[0] == 0
 
 
+def _reads_pldr_ref_env_via_constant(source: str) -> bool:
+    """Whether ``source`` calls ``os.environ.get`` / ``os.getenv`` with a module constant holding a PLDR_REF_ name."""
+    import ast
+
+    tree = ast.parse(source)
+    names = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+             and isinstance(node.value, ast.Constant) and str(node.value.value).startswith("PLDR_REF_")
+             for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("get", "getenv")
+               and "environ" in ast.unparse(n.func) + ("environ" if n.func.attr == "getenv" else "")
+               and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id in names for n in ast.walk(tree))
+
+
 def test_every_environment_read_goes_through_the_reader() -> None:
     """No module reads a PLDR_REF_* variable with os.environ directly (the class, not the two examples)."""
     root = Path(output_paths.__file__).parent
@@ -168,6 +181,11 @@ def test_every_environment_read_goes_through_the_reader() -> None:
               if "os.environ.get(\"PLDR_REF" in p.read_text(encoding="utf-8")
               or "getenv(\"PLDR_REF" in p.read_text(encoding="utf-8")]
     assert direct == []
+    # the same read through a module constant (CACHE_ENV = "PLDR_REF_CACHE"; os.environ.get(CACHE_ENV))
+    via_constant = [f"{p.relative_to(root)}" for p in root.rglob("*.py")
+                    if p.name != "env_vars.py" and _reads_pldr_ref_env_via_constant(p.read_text(encoding="utf-8"))]
+    assert via_constant == []
+    assert _reads_pldr_ref_env_via_constant('import os\nX = "PLDR_REF_CACHE"\nv = os.environ.get(X)\n')  # control
     assert {"PLDR_REF_MEMORY_BUDGET", "PLDR_REF_ORT_THREADS", "PLDR_REF_TORCH_THREADS"} <= set(ENV_VARS)
 
 
