@@ -133,10 +133,10 @@ def test_bfloat16_cannot_judge_the_tiny_learned_g_cache_chain():
     threshold), so a mutant whose wrong values do not leave even that wide allowance is "not covered" -- never a
     pass.  The conditioned narrow case above judges the same eight mutants at their stages in bfloat16."""
     from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
-    from pldr_ref.harness.tolerance import case_baselines, output_allowance
+    from pldr_ref.harness.tolerance import case_statistics, output_allowance
 
     case = load_case(DEFAULT_GOLDEN_DIR / "cache/tiny_kv_g")
-    stats, _ = case_baselines(case, "bfloat16")
+    stats, _ = case_statistics(case, "bfloat16")
     logits = [n for n in case.outputs if n.endswith("logits")]
     assert logits and all(not output_allowance(case, n, "bfloat16", case.outputs[n], stats.get(n)).judged
                           for n in logits)

@@ -136,10 +136,10 @@ def test_k_factors_follow_the_documented_rule():
 
 def test_baseline_allowance_and_not_judged_cases():
     g = np.array([1.0, -4.0, 2.0])
-    a = tolerance.baseline_allowance("bfloat16", g, 0.01, 16, source="t")
+    a = tolerance.ensemble_allowance("bfloat16", g, 0.01, 16, source="t")
     floor = tolerance.FLOOR_UNITS * 2.0**-8 * 4.0  # u(bfloat16) = 2^-8
     assert a.judged and a.atol == pytest.approx(tolerance.K_HALF * 0.01 + floor) and a.rtol == 0
-    n = tolerance.baseline_allowance("float16", g, None, 16, source="t")
+    n = tolerance.ensemble_allowance("float16", g, None, 16, source="t")
     assert not n.judged and "non-finite" in n.reason
     b = tolerance.output_allowance(None, "mask", "float32", np.array([True]), 0.0)
     assert (b.atol, b.rtol) == (0.0, 0.0)
@@ -153,7 +153,7 @@ def test_float64_uses_the_case_tolerance(tiny_case):
 
 def test_judge_passes_inside_and_fails_outside_the_allowance():
     g = np.linspace(-1, 1, 50)
-    allow = tolerance.baseline_allowance("float32", g, tolerance.NaiveStats(1e-7, 1e-6, 0.0, 0.0, g.size), 4,
+    allow = tolerance.ensemble_allowance("float32", g, tolerance.ErrorStats(1e-7, 1e-6, 0.0, 0.0, g.size), 4,
                                          source="t")
     inside = judge("t", "s", g, g + 0.5 * allow.atol, "float32", allow)
     outside = judge("t", "s", g, g + 2.0 * allow.atol, "float32", allow)

@@ -8,7 +8,7 @@ import pytest
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
 from pldr_ref.harness import validate as validate_mod
 from pldr_ref.harness.battery import BATTERY_ARITHMETIC, EmulatedBackend
-from pldr_ref.harness.tolerance import RULE_BASELINE, RULE_NOT_JUDGEABLE, Allowance
+from pldr_ref.harness.tolerance import RULE_ENSEMBLE, RULE_NOT_JUDGEABLE, Allowance
 from pldr_ref.harness.unresolved_upstream import (
     LAYER_INPUTS,
     SOURCE_LEAVES,
@@ -146,7 +146,7 @@ def test_only_attention_weights_can_be_a_source(name):
 
 
 def _allow(judged: bool) -> Allowance:
-    return Allowance(0.1, 0.0, RULE_BASELINE if judged else RULE_NOT_JUDGEABLE, {}, judged=judged,
+    return Allowance(0.1, 0.0, RULE_ENSEMBLE if judged else RULE_NOT_JUDGEABLE, {}, judged=judged,
                      judgeable=judged, rms=0.05 if judged else 0.4, offset=0.1, gain=0.1)
 
 

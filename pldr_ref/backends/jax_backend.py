@@ -136,7 +136,9 @@ class JaxBackend:
         """Four dtypes; forward, decoder_layer and op kinds; every stage; KV / G cache hooks of layer cases."""
         return Capabilities(dtypes=JAX_DTYPES, kinds=KINDS,
                             stages=tuple(s.name for s in ALL_STAGES), caches=("kv", "g"),
-                            switches=declared_switches("jax"))
+                            switches=declared_switches("jax"),
+                            # every op's output stored in the 16-bit dtype (eager): docs/tolerances.md, "The policy"
+                            arithmetic=("dtype-elementwise",))
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         """Outputs of a fixture case (golden names) computed in ``dtype``."""

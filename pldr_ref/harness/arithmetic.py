@@ -15,9 +15,17 @@ every isolated stage runs through the same code with that arithmetic.  Every rou
 identical); every sum runs in an explicit order (a loop of elementwise float64 additions each followed by a
 rounding, or a float32 ``np.cumsum`` when the products are exact in float32), so the result does not depend on the
 BLAS, the thread count or the machine.
-The only library calls whose last float64 bit may differ between machines are exp, log and power (rounded to
-float32 or below right after, so a difference survives only on an exact rounding tie); the allowances built from
-these runs are published with two significant digits (:mod:`pldr_ref.harness.calibration`).
+The only library calls whose last float64 bit may differ between machines are exp, log, power, sin and cos
+(rounded to float32 or below right after, so a difference survives only on an exact rounding tie); the allowances
+built from these runs are published with two significant digits (:mod:`pldr_ref.harness.calibration`).
+
+Transcendentals as kernels compute them (``libm_ulps``): a float32 kernel does not evaluate exp, exp2, log2, pow,
+sin, cos or 1/sqrt correctly rounded.  Each member's float32 result of those functions is the correctly rounded
+float32 value moved by a deterministic number of float32 ulps in [-``libm_ulps``, ``libm_ulps``]
+(:func:`libm_float32`), chosen by a SplitMix64 hash of the argument's bits, the function and the member's name --
+so the error is a property of the input, as a real libm's, and the same on every machine.  This covers the RoPE
+tables too (:func:`rope_angles`: torchtune's float32 ``pow`` / ``cos`` / ``sin``, a float32 table of real angles),
+whose rotation runs in the compute format (:func:`rotate_pairs`).
 
 Not thread-safe: the swap is process-global (validation runs cases one at a time).
 """
@@ -35,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from pldr_ref.fixtures.splitmix import fnv1a64, mix64
 from pldr_ref.format_rounding import FloatFormat, round_to_format
 
 #: Largest number of float64 elements one step of a blocked reduction materialises (bounds the memory of
@@ -44,6 +53,21 @@ STEP_ELEMENTS = 1 << 22
 LOG2E = 1.0 / math.log(2.0)
 #: Significand bits of TF32 (float32's exponent, 10 stored fraction bits + the implicit one).
 TF32_BITS = 11
+#: Default distance, in float32 ulps, of a member's float32 exp, exp2, log2, pow, sin, cos and 1/sqrt from the
+#: correctly rounded value (:func:`libm_float32`).  The kernels it models: CUDA's ``expf``, ``exp2f``, ``sinf``,
+#: ``cosf`` and ``rsqrtf`` (at most 2 ulp each in the accuracy tables of the CUDA C++ Programming Guide),
+#: ``logf`` / ``log2f`` (1 ulp there); glibc's float32 ``expf``, ``exp2f``, ``logf``, ``log2f``, ``sinf``, ``cosf``
+#: (at most 1 ulp, "Errors in Math Functions" of the glibc manual) and SLEEF's 1-ulp vector functions behind
+#: torch's CPU float32 exp / sin / cos; torchtune's float32 RoPE table (torch's float32 ``pow``, ``cos``, ``sin``:
+#: up to 2 ulp from the correctly rounded table the golden values use).  2 is the largest of these bounds; ``pow``
+#: takes the same bound (A_LM^P amplifies its argument's error by |P| far more than its own last bits).  The
+#: fast-math intrinsics (``__expf``, ``__sinf``: errors growing with the argument) are not modelled: a backend using
+#: them declares its own arithmetic.
+LIBM_ULPS = 2
+#: Salt of each emulated float32 function in the hash that picks its ulp offset (:func:`libm_float32`).
+LIBM_FUNCTIONS = ("exp", "exp2", "log2", "pow", "sin", "cos", "rsqrt")
+#: Largest ordinal (sign-magnitude bits) of a finite float32: moves stop short of infinity.
+_F32_MAX_ORDINAL = 0x7F7FFFFF
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +78,12 @@ class Arithmetic:
     compute: ``float32`` or ``storage`` (elementwise results rounded to that format);
     tile: length of a reduction block (None: one sequential pass); order: ``forward`` or ``reverse``;
     softmax: ``two_pass`` or ``online`` with ``softmax_tile`` keys per block; exp2: exp(x) = exp2(RN(x log2 e));
-    reciprocal: x / y evaluated as x * RN(1 / y); fused: bias and activation applied to the float32 accumulator
-    (else to the result rounded to the storage dtype); tf32: product operands rounded to TF32 (float32 runs only);
-    internal: False evaluates each stage in float64 and rounds only its output (the naive run).
+    reciprocal: x / y evaluated as x * RN(1 / y) (LayerNorm: x * rsqrt(var + eps)); fused: bias and activation
+    applied to the float32 accumulator (else to the result rounded to the storage dtype); tf32: product operands
+    rounded to TF32 (float32 runs only); libm_ulps: float32 transcendentals (exp, exp2, log2, pow, sin, cos,
+    rsqrt; the RoPE tables) up to that many ulps from correctly rounded (:data:`LIBM_ULPS`; 0: correctly rounded;
+    with ``exp2`` the power A_LM^P is exp2(P log2 A_LM), as Triton computes it); internal: False evaluates each
+    stage in float64 and rounds only its output (the naive run).
     """
 
     name: str
@@ -70,7 +97,12 @@ class Arithmetic:
     reciprocal: bool = False
     fused: bool = True
     tf32: bool = False
+    libm_ulps: int = LIBM_ULPS
     internal: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.libm_ulps, int) or isinstance(self.libm_ulps, bool) or self.libm_ulps < 0:
+            raise ValueError(f"Arithmetic {self.name!r}: libm_ulps must be an int >= 0, got {self.libm_ulps!r}")
 
     def describe(self) -> str:
         """One line for reports."""
@@ -81,7 +113,9 @@ class Arithmetic:
                 f"({red}, {self.order}), {self.compute} elementwise, {self.softmax.replace('_', '-')} softmax"
                 + (f" (tiles of {self.softmax_tile})" if self.softmax == "online" else "")
                 + (", exp2" if self.exp2 else "") + (", reciprocals" if self.reciprocal else "")
-                + (", fused bias/activation" if self.fused else ", unfused bias/activation"))
+                + (", fused bias/activation" if self.fused else ", unfused bias/activation")
+                + (f", float32 transcendentals within {self.libm_ulps} ulp" if self.libm_ulps
+                   else ", correctly rounded transcendentals"))
 
 
 #: TF32: float32's exponent range, 11 significand bits.
@@ -127,6 +161,60 @@ def _f32(x: np.ndarray) -> np.ndarray:
         return np.asarray(x, dtype=np.float64).astype(np.float32).astype(np.float64)
 
 
+def _ordinal32(r: np.ndarray) -> np.ndarray:
+    """Ordered integer of each float32 value (sign-magnitude bits as a signed distance from +0; -0 maps to 0)."""
+    bits = r.view(np.uint32).astype(np.int64)
+    mag = bits & 0x7FFFFFFF
+    return np.where(bits >> 31 == 1, -mag, mag)
+
+
+def _from_ordinal32(o: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`_ordinal32` (float32)."""
+    bits = np.where(o < 0, (-o) | 0x80000000, o).astype(np.uint32)
+    return bits.view(np.float32)
+
+
+def _argument_bits(args: tuple[np.ndarray, ...], shape: tuple[int, ...]) -> np.ndarray:
+    """A uint64 digest of the float64 bits of the arguments, element by element (broadcast to ``shape``)."""
+    h = np.zeros(shape, dtype=np.uint64)
+    for a in args:
+        bits = np.array(np.broadcast_to(np.asarray(a, dtype=np.float64), shape)).view(np.uint64)
+        h = mix64(h ^ bits)
+    return h
+
+
+def libm_float32(value: np.ndarray, fn: str, args: tuple[np.ndarray, ...], ulps: int, seed: int) -> np.ndarray:
+    """A float32 libm's result for the float64 value ``value`` of ``fn(*args)``: the correctly rounded float32
+    value moved by s float32 ulps, s in [-ulps, ulps] (float64 array of float32 values).
+
+    s is a SplitMix64 hash (:func:`pldr_ref.fixtures.splitmix.mix64`) of the float64 bits of the arguments, the
+    function (:data:`LIBM_FUNCTIONS`) and ``seed``, reduced mod 2 ulps + 1: uniform over the range, deterministic
+    and the same on every machine.  Left as rounded: results that are exact in float32 (exp(0) = 1, cos(0) = 1, x^0
+    = 1: a faithful libm returns them exactly), zeros, infinities, NaN; a move never crosses zero or leaves the
+    finite range.  ``ulps`` = 0: correctly rounded.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = np.asarray(value, dtype=np.float64)
+        r = v.astype(np.float32)
+    if ulps == 0 or r.size == 0:
+        return r.astype(np.float64)
+    salt = np.uint64((fnv1a64(fn) ^ seed) & 0xFFFFFFFFFFFFFFFF)
+    h = mix64(_argument_bits(args, r.shape) ^ salt)
+    s = (h >> np.uint64(33)).astype(np.int64) % (2 * ulps + 1) - ulps
+    o = _ordinal32(r)
+    moved = o + s
+    keep = (~np.isfinite(r)) | (r == 0) | (r.astype(np.float64) == v) | (moved * o <= 0) | \
+        (np.abs(moved) > _F32_MAX_ORDINAL)
+    return np.where(keep, r, _from_ordinal32(np.where(keep, o, moved))).astype(np.float64)
+
+
+def _libm(value: np.ndarray, fn: str, *args: np.ndarray) -> np.ndarray:
+    """:func:`libm_float32` with the current arithmetic's ``libm_ulps`` and a seed from its name (members differ,
+    as libraries do)."""
+    a, _ = _current()
+    return libm_float32(value, fn, args, a.libm_ulps, fnv1a64(a.name))
+
+
 def _rc(x: np.ndarray) -> np.ndarray:
     """Round to the elementwise compute format."""
     a, dt = _current()
@@ -145,11 +233,14 @@ def _operand(x: np.ndarray) -> np.ndarray:
 
 
 def _exp(x: np.ndarray) -> np.ndarray:
+    """exp(x) by the float32 libm (or exp2 of the float32-rounded x log2 e), in the compute format."""
     a, _ = _current()
+    x = np.asarray(x, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         if a.exp2:
-            return _rc(np.exp2(_rc(np.asarray(x) * LOG2E)))
-        return _rc(np.exp(x))
+            t = _rc(x * LOG2E)
+            return _rc(_libm(np.exp2(t), "exp2", t))
+        return _rc(_libm(np.exp(x), "exp", x))
 
 
 def _div(x: np.ndarray, y: np.ndarray | float) -> np.ndarray:
@@ -311,9 +402,10 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 
     mu = _div(row_sum(x), float(n))
     xc = _rc(x - mu)
     var = _div(row_sum(_rc(xc * xc)), float(n))
-    with np.errstate(invalid="ignore"):
-        std = _rc(np.sqrt(_rc(var + eps)))
-    y = _div(xc, std)
+    v = _rc(var + eps)
+    arith, _ = _current()
+    with np.errstate(invalid="ignore", divide="ignore"):  # reciprocal: x * rsqrt(var + eps), a kernel's rsqrt
+        y = _rc(xc * _rc(_libm(1.0 / np.sqrt(v), "rsqrt", v))) if arith.reciprocal else _div(xc, _rc(np.sqrt(v)))
     return _rc(_rc(y * gamma) + beta)
 
 
@@ -348,9 +440,19 @@ def metric_tensor(a: np.ndarray, W: np.ndarray, b: np.ndarray, eps_adj: float = 
 
 
 def potential_tensor(a_lm: np.ndarray, P: np.ndarray) -> np.ndarray:
-    """A_P = A_LM^P elementwise, in the compute format."""
+    """A_P = A_LM^P elementwise by the float32 libm's pow, in the compute format; with ``exp2`` as Triton computes
+    it, exp2(P log2 A_LM) (log2, the product and exp2 each in float32; A_LM <= 0 by pow)."""
+    arith, _ = _current()
+    a = np.asarray(a_lm, dtype=np.float64)
+    p = np.broadcast_to(_per_head(P, a), a.shape)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return _rc(np.power(a_lm, _per_head(P, a_lm)))
+        direct = _rc(_libm(np.power(a, p), "pow", a, p))
+        if not arith.exp2:
+            return direct
+        pos = a > 0
+        safe = np.where(pos, a, 1.0)
+        t = _rc(p * _rc(_libm(np.log2(safe), "log2", safe)))
+        return np.where(pos, _rc(_libm(np.exp2(t), "exp2", t)), direct)
 
 
 def energy_curvature(a_p: np.ndarray, a: np.ndarray, b_a: np.ndarray) -> np.ndarray:
@@ -423,6 +525,50 @@ def mix_values(e: np.ndarray, v: np.ndarray) -> np.ndarray:
     return matmul(e, v)
 
 
+def rope_angles(positions: np.ndarray, d_k: int, base: float, precision: str = "exact",
+                explicit: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, sin) [..., d_k/2] of the RoPE table as a float32 kernel holds it (the reference's
+    :func:`pldr_ref.rope.rope_angles` otherwise):
+
+    * ``"float32"`` (torchtune): omega_i = RN(1 / pow(base, RN(2i) / RN(d_k))), phi = RN(p omega_i), cos and sin,
+      each transcendental by the float32 libm (:func:`libm_float32`), every step in float32;
+    * ``"exact"``: cos and sin of the float64 angles held in float32 within ``libm_ulps`` ulps;
+    * ``"keras-0.6.4"`` and ``"explicit"``: the reference's table (a recipe in float64, or the user's values).
+    """
+    from pldr_ref import rope
+
+    ref = _reference(rope.rope_angles)
+    if precision not in ("float32", "exact"):
+        return ref(positions, d_k, base, precision, explicit)
+    rope.check_table_used(precision, explicit)
+    pos = np.asarray(positions)
+    if precision == "float32":
+        exps = (np.arange(0, d_k, 2, dtype=np.float32)[: d_k // 2] / np.float32(d_k)).astype(np.float64)
+        bases = np.full(exps.shape, float(base))
+        powers = _libm(np.power(bases, exps), "pow", bases, exps)
+        omega = _f32(1.0 / powers)
+        phi = _f32(pos.astype(np.float64)[..., None] * omega)
+        return (_libm(np.cos(phi), "cos", phi).astype(np.float32),
+                _libm(np.sin(phi), "sin", phi).astype(np.float32))
+    cos, sin = ref(positions, d_k, base, precision, explicit)
+    return _libm(cos, "cos", cos), _libm(sin, "sin", sin)
+
+
+def rotate_pairs(x1: np.ndarray, x2: np.ndarray, cos: np.ndarray, sin: np.ndarray, arithmetic: str
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin: the ``"float64"`` rotation (real-angle tables) in the compute
+    format, each product and sum rounded (no fused multiply-add), the table rounded to it first; the float32
+    and ``float64_qk_f32`` rotations are the reference's (:func:`pldr_ref.rope.rotate_pairs`: declared
+    arithmetics)."""
+    from pldr_ref import rope
+
+    if arithmetic != "float64":
+        return _reference(rope.rotate_pairs)(x1, x2, cos, sin, arithmetic)
+    c, s = _rc(np.asarray(cos, dtype=np.float64)), _rc(np.asarray(sin, dtype=np.float64))
+    a, b = np.asarray(x1, dtype=np.float64), np.asarray(x2, dtype=np.float64)
+    return _rc(_rc(a * c) - _rc(b * s)), _rc(_rc(b * c) + _rc(a * s))
+
+
 #: Modules that bind primitives by name and may be imported lazily: loaded before the first swap, so that none is
 #: first imported inside an :func:`emulating` block (it would bind the emulations for good).
 PRELOAD = ("pldr_ref.model", "pldr_ref.layer", "pldr_ref.metric_learner", "pldr_ref.inference",
@@ -434,7 +580,7 @@ PRELOAD = ("pldr_ref.model", "pldr_ref.layer", "pldr_ref.metric_learner", "pldr_
 def _replacements() -> dict[Callable[..., Any], Callable[..., Any]]:
     import importlib
 
-    from pldr_ref import activations, attention, density, norms, plga
+    from pldr_ref import activations, attention, density, norms, plga, rope
     from pldr_ref import glu as glu_mod
 
     for name in PRELOAD:
@@ -445,7 +591,7 @@ def _replacements() -> dict[Callable[..., Any], Callable[..., Any]]:
             density.cumulative_density_operator: cumulative_density_operator, plga.metric_tensor: metric_tensor,
             plga.potential_tensor: potential_tensor, plga.energy_curvature: energy_curvature,
             attention.attention_scores: attention_scores, attention.attention_weights: attention_weights,
-            attention.mix_values: mix_values}
+            attention.mix_values: mix_values, rope.rope_angles: rope_angles, rope.rotate_pairs: rotate_pairs}
 
 
 _ORIGINALS: dict[Callable[..., Any], Callable[..., Any]] | None = None

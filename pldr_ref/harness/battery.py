@@ -6,7 +6,9 @@ Each must pass (no ``fail``, no ``error``) every case of the default suite in fl
 * :class:`EmulatedBackend` over :data:`BATTERY_ARITHMETIC`: other reduction tiles (8, 32, 128, 512) and orders,
   online (FlashAttention) softmax with other tile sizes, accumulation in the storage dtype with other blocks,
   reordered sums (the issue's "reorders sums" backend) and a tiled online softmax (its "tiled online-softmax"
-  backend) -- every rounding by pldr_ref's own round-to-nearest-even (:mod:`pldr_ref.harness.arithmetic`);
+  backend) -- every rounding by pldr_ref's own round-to-nearest-even (:mod:`pldr_ref.harness.arithmetic`); each
+  declares the arithmetic it computes with (:func:`declared_arithmetic`), so the dtype-accumulating ones are
+  judged against the members accumulating in the dtype;
 * :class:`~pldr_ref.backends.torch_backend.TorchBackend` (the bundled mixed-precision torch backend) and
   :class:`TorchNativeMatmulBackend` (torch's own bfloat16 / float16 CPU matrix-product kernels);
 * :class:`~pldr_ref.backends.numpy32.Numpy32Backend` (float32; model and layer cases).
@@ -42,6 +44,14 @@ BATTERY_ARITHMETIC: tuple[Arithmetic, ...] = (
     Arithmetic("dtype-all-t32-exp2-unfused", accumulate="storage", compute="storage", tile=32, exp2=True, fused=False),
 )
 
+def declared_arithmetic(arith: Arithmetic) -> tuple[str, ...]:
+    """What a backend computing with ``arith`` declares (:data:`pldr_ref.harness.protocol.ARITHMETICS`): the
+    dtype accumulation and dtype elementwise work it does, else the GPU default ``float32-accumulate``."""
+    out = (("dtype-accumulate",) if arith.accumulate == "storage" else ()) + (
+        ("dtype-elementwise",) if arith.compute == "storage" else ())
+    return out or ("float32-accumulate",)
+
+
 #: Dtypes the battery covers.
 BATTERY_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -51,26 +61,29 @@ class EmulatedBackend:
     float16): parameters and inputs rounded to the dtype, the reference's structure, the arithmetic's products,
     sums, softmax and elementwise work, every stage output stored in the dtype."""
 
-    def __init__(self, arith: Arithmetic) -> None:
+    def __init__(self, arith: Arithmetic, declared: tuple[str, ...] | None = None) -> None:
         self.arith = arith
-        self.name = f"emulated-{arith.name}"
+        self.declared = declared_arithmetic(arith) if declared is None else declared
+        self.name = f"emulated-{arith.name}" + ("" if declared is None else f"-declaring-{'+'.join(declared)}")
 
     def capabilities(self) -> Capabilities:
-        """float32 / bfloat16 / float16; every kind with a runner; every stage; both caches; per-row positions."""
+        """float32 / bfloat16 / float16; every kind with a runner; every stage; both caches; per-row positions; the
+        arithmetic it computes with (:func:`declared_arithmetic`, or what it was told to declare)."""
         from pldr_ref.fixtures.runners import RUNNERS
         from pldr_ref.registry import ALL_STAGES
 
         return Capabilities(dtypes=BATTERY_DTYPES, kinds=tuple(RUNNERS), stages=tuple(s.name for s in ALL_STAGES),
-                            caches=("kv", "g"), switches=DEFAULT_EMULATION_SWITCHES, position_ids=True)
+                            caches=("kv", "g"), switches=DEFAULT_EMULATION_SWITCHES, position_ids=True,
+                            arithmetic=self.declared)
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         """Every output of ``case`` (the reference runner in this arithmetic, stage outputs stored in ``dtype``)."""
-        from pldr_ref.harness.tolerance import naive_outputs
+        from pldr_ref.harness.tolerance import storage_outputs
 
         if dtype not in BATTERY_DTYPES:
             raise Unsupported(f"{self.name} computes in {BATTERY_DTYPES}, not {dtype}")
         with emulating(self.arith, dtype):
-            out = naive_outputs(case, dtype)
+            out = storage_outputs(case, dtype)
         if out is None:
             raise Unsupported(f"case kind {case.kind!r} has no runner")
         return out
@@ -139,29 +152,35 @@ def run_battery(backends: Iterable[Any], cases: list[Any], dtypes: Iterable[str]
     return out
 
 
-def margins(results: Iterable[Any]) -> tuple[tuple[float, str] | None, tuple[float, str] | None]:
-    """The largest ratio, over every judged output (end to end and isolated stages) of ``results``, of the relative
-    RMS error to w rho, and of the max error to w x the max-error statistic (w = the float32 factor or 1; the
-    max test's floor left out), each with ``case:output`` where it occurs (None: nothing judged)."""
-    from pldr_ref.harness.tolerance import K_RMS, whole_tensor_factor
+def margins(results: Iterable[Any]) -> tuple[tuple[float, str] | None, ...]:
+    """Three largest ratios over the outputs of ``results`` (end to end and isolated stages), each with
+    ``case:output`` where it occurs (None: nothing compared): over the judged outputs, the relative RMS error to
+    w rho and the max error to w x the max-error reference (w = the float32 factor or 1; the max test's floor left
+    out); over every compared output, judgeable or not, the relative RMS error to w rho_widest (the gross-error test
+    fails above :data:`pldr_ref.harness.tolerance.K_GROSS`)."""
+    from pldr_ref.harness.tolerance import whole_tensor_factor
 
-    rms: tuple[float, str] | None = None
-    big: tuple[float, str] | None = None
+    found: list[tuple[float, str] | None] = [None, None, None]
+
+    def keep(i: int, x: float, where: str) -> None:
+        found[i] = max(found[i], (x, where)) if found[i] else (x, where)
+
     for r in results:
-        outs = list(r.outputs) + [o for s in r.stages for o in s.outputs]
-        for o in outs:
+        w = whole_tensor_factor(r.dtype)
+        for o in list(r.outputs) + [o for s in r.stages for o in s.outputs]:
             a, c = o.allowance, o.comparison
-            if a is None or c is None or not a.judged or a.rms is None or o.status not in ("pass", "fail"):
+            if a is None or c is None or c.error is not None or o.status not in ("pass", "fail", "not_judgeable",
+                                                                                   "not_applicable"):
                 continue
             where = f"{r.case}:{o.name}"
-            if a.rms > 0:
-                x = c.rms_rel / (a.rms / K_RMS)
-                rms = max(rms, (x, where)) if rms else (x, where)
-            base = a.detail.get("baseline")
-            if base:
-                x = c.max_abs / (base * whole_tensor_factor(r.dtype))
-                big = max(big, (x, where)) if big else (x, where)
-    return rms, big
+            if a.gross:
+                keep(2, c.rms_rel / (a.gross / (a.detail["k_gross"])) / w, where)
+            if not a.judged or a.rms is None or o.status not in ("pass", "fail"):
+                continue
+            keep(0, c.rms_rel / (w * a.detail["rho"]), where)
+            if a.detail.get("max_statistic"):
+                keep(1, c.max_abs / (w * a.detail["max_statistic"]), where)
+    return tuple(found)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,9 +222,10 @@ def _run(args: argparse.Namespace) -> int:
                              f"{', '.join(b.name for b in backends)})")
         backends = [b for b in backends if b.name in args.backend]
     bad = 0
-    extra = " max RMS / rho | max error / max statistic |" if args.margins else ""
-    print("| backend | dtype | pass | fail | error | not judgeable | not applicable | unsupported |" + extra)
-    print("|---|---|---|---|---|---|---|---|" + ("---|---|" if args.margins else ""))
+    extra = " max RMS / rho | max error / max statistic | max RMS / widest rho (any output) |" if args.margins else ""
+    print("| backend | arithmetic | dtype | pass | fail | error | not judgeable | not applicable | unsupported |"
+          + extra)
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.margins else ""))
     for b in backends:
         for name, results in run_battery([b], cases, dtypes).items():
             for dt in dtypes:
@@ -217,7 +237,8 @@ def _run(args: argparse.Namespace) -> int:
                 cols = [str(v) for v in n.values()]
                 if args.margins:
                     cols += [f"{m[0]:.2f} (`{m[1]}`)" if m else "-" for m in margins(rs)]
-                print(f"| {name} | {dt} | " + " | ".join(cols) + " |", flush=True)
+                arith = "+".join(b.capabilities().arithmetic)
+                print(f"| {name} | {arith} | {dt} | " + " | ".join(cols) + " |", flush=True)
                 for r in rs:
                     if r.status in FAILING_STATUSES:
                         bad += 1

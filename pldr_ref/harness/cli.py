@@ -7,15 +7,16 @@
 
 Exit status: 0 when no case fails or errors and at least one case was judged (passed) -- a case left not judgeable
 ("not covered": the dtype cannot resolve its primary output) is reported, never counted as a pass, and does not by
-itself change the exit status; 1 when a case fails or errors (crash, exit, hang past --timeout), when nothing was
-judged (every case unsupported, not applicable or not judgeable), when the suite's integrity cannot be checked (no
-MANIFEST.json, cases missing from it or from disk, modified files) or the backend declares kinds the harness does not
-know -- the reason is printed, and the table, JSON and JUnit reports are written in every one of these cases; 2 for a
-usage problem (bad backend name, a backend whose import, constructor or capabilities() raises, unknown dtype, missing
-suite folder, nothing selected, a bad -k pattern, --timeout not a finite number from 0 to 1000000, an output path that
-cannot be written or that is an input or another output -- checked before the run); 130 after Ctrl-C (reports still
-written, atomically). ``--suite NAME`` is the case set (default, full; its cases missing from the folder are a
-problem), ``--suite-dir DIR`` the folder; ``--suite DIR`` still works, deprecated. """
+itself change the exit status; 1 when a case fails (a gross error fails even where not judgeable) or errors (crash,
+exit, hang past --timeout), when nothing was judged (every case unsupported, not applicable or not judgeable), when
+the suite's integrity cannot be checked (no MANIFEST.json, cases missing from it or from disk, modified files) or
+the backend declares kinds the harness does not know -- the reason is printed, and the table, JSON and JUnit reports
+are written in every one of these cases; 2 for a usage problem (bad backend name, a backend whose import,
+constructor or capabilities() raises, unknown dtype, missing suite folder, nothing selected, a bad -k pattern,
+--timeout not a finite number from 0 to 1000000, an output path that cannot be written or that is an input or
+another output -- checked before the run); 130 after Ctrl-C (reports still written, atomically). ``--suite NAME`` is
+the case set (default, full; its cases missing from the folder are a problem), ``--suite-dir DIR`` the folder;
+``--suite DIR`` still works, deprecated. """
 
 from __future__ import annotations
 

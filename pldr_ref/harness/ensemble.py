@@ -3,15 +3,16 @@
 Each member of :data:`ENSEMBLE` is an :class:`~pldr_ref.harness.arithmetic.Arithmetic`: one legitimate way to
 compute the model in a storage dtype (accumulation in float32 or in the dtype, elementwise work in float32 or in
 the dtype, one-pass or blocked sums in two orders, two-pass or online softmax, exp or exp2, division or
-reciprocal, fused or unfused bias and activation, TF32 products in float32 runs, and the naive run that rounds
-only stage outputs).  Every member runs the case (or the isolated stage) through the reference code with its
-arithmetic (:func:`pldr_ref.harness.arithmetic.emulating`); its error against the golden value gives four numbers
-per output (max error, relative RMS, offset, gain).  The statistic of each (:func:`robust_stats`) is the largest,
-over the groups of members making one arithmetic choice (:func:`choice_groups`), of the group's **median** --
-never one run's maximum -- and the policy (:mod:`pldr_ref.harness.tolerance`) scales it.  The statistics are
-rounded up to :data:`SIGNIFICANT_DIGITS` significant digits, so an allowance is the same on every machine, BLAS,
-thread count and ml_dtypes version (the arithmetic is elementwise NumPy in explicit order, the rounding
-pldr_ref's own).
+reciprocal, fused or unfused bias and activation, TF32 products in float32 runs, and a member evaluating each
+stage in float64 that rounds only stage outputs).  Every member runs the case (or the isolated stage) through the
+reference code with its arithmetic (:func:`pldr_ref.harness.arithmetic.emulating`); its error against the golden
+value gives four numbers per output (max error, relative RMS, offset, gain).  The statistic of each
+(:func:`robust_stats`) is the largest, over the groups of members making one arithmetic choice
+(:func:`choice_groups`), of the group's **median** -- never one run's maximum -- taken among the members the
+arithmetic a backend declares covers (:data:`ARITHMETIC_KEYS`: the float32-accumulating GPU default, or every
+member), and the policy (:mod:`pldr_ref.harness.tolerance`) scales it.  The statistics are rounded up to
+:data:`SIGNIFICANT_DIGITS` significant digits, so an allowance is the same on every machine, BLAS, thread count and
+ml_dtypes version (the arithmetic is elementwise NumPy in explicit order, the rounding pldr_ref's own).
 
 Members are evaluated once per case, dtype (and isolated stage) and process (:func:`case_runs`, memoized on the
 case's content); the statistics of the committed suite are read from :data:`CACHE_FILE`, which
@@ -30,11 +31,12 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.harness.arithmetic import Arithmetic, emulating
-from pldr_ref.harness.naive_run import NaiveStats, naive_outputs
+from pldr_ref.harness.storage_run import ArithmeticStats, ErrorStats, storage_outputs
 
-#: The calibration ensemble (12 members for bfloat16 / float16; the float32 ensemble adds a TF32 member).
+#: The calibration ensemble (12 members for bfloat16 / float16; the float32 ensemble adds a TF32 member); the
+#: member evaluating each stage in float64 is issue 19's "naive" run.
 ENSEMBLE: tuple[Arithmetic, ...] = (
-    Arithmetic("naive", internal=False),
+    Arithmetic("f64-inside-stages", internal=False),
     Arithmetic("f32acc-seq"),
     Arithmetic("f32acc-t16-online16-exp2", tile=16, softmax="online", softmax_tile=16, exp2=True),
     Arithmetic("f32acc-t64-online64-recip-unfused", tile=64, softmax="online", softmax_tile=64, reciprocal=True,
@@ -117,7 +119,7 @@ def case_runs(case: Any, dtype: str) -> list[tuple[str, dict[str, np.ndarray] | 
         out = []
         for m in members(dtype):
             with emulating(m, dtype):
-                out.append((m.name, naive_outputs(case, dtype)))
+                out.append((m.name, storage_outputs(case, dtype)))
         return out
 
     return _memo(("case", _digest(case), dtype), compute)
@@ -145,14 +147,14 @@ def stage_runs(case: Any, stage: str, layer: int | None, dtype: str,
 #: calibrated at validation time.  ``tests/test_harness_calibration.py`` recomputes a sample and checks coverage.
 CACHE_FILE = Path(__file__).with_name("calibration.json")
 #: Bumped whenever the emulated arithmetic or the statistic changes: statistics of another revision are ignored.
-CALIBRATION_REVISION = 2
+CALIBRATION_REVISION = 3
 
 _STORE: dict[str, Any] | None = None
 
 
 def fingerprint() -> str:
     """Identifies the ensemble, the statistic and :data:`CALIBRATION_REVISION`."""
-    text = repr((members("float32"), members("bfloat16"), SIGNIFICANT_DIGITS, CHOICES, MIN_GROUP,
+    text = repr((members("float32"), members("bfloat16"), SIGNIFICANT_DIGITS, CHOICES, MIN_GROUP, ARITHMETIC_KEYS,
                  CALIBRATION_REVISION))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -166,12 +168,52 @@ def _store() -> dict[str, Any]:
     return _STORE
 
 
-def _encode(st: Any) -> list | str | None:
-    return st if st is None or isinstance(st, str) else [st.max_abs, st.rms_rel, st.offset, st.gain, st.n]
+def _encode(st: Any, dtype: str) -> list | str | None:
+    """Stored form of an :class:`ArithmeticStats`: [n, per key of ARITHMETIC_KEYS: [max, rms, |offset|, |gain|,
+    the index in ``choice_groups(dtype, key)`` of the group that set each], 0 where a key's numbers equal the
+    previous key's, None where non-finite]; None and strings (absent) as they are."""
+    if st is None or isinstance(st, str):
+        return st
+    out: list[Any] = [st.widest.n]
+    prev: Any = None
+    for key, s in st.by_arithmetic:
+        numbers = None if s is None else [s.max_abs, s.rms_rel, s.offset, s.gain]
+        if numbers is not None and prev is not None and numbers == prev:
+            out.append(0)
+        elif numbers is None:
+            out.append(None)
+        else:
+            labels = _label_table(dtype, key)
+            out.append([*numbers, [labels.index(g) if g in labels else -1 for g in (s.groups or ("all",) * 4)]])
+        prev = numbers
+    return out
 
 
-def _decode(v: list | str | None) -> Any:
-    return v if v is None or isinstance(v, str) else NaiveStats(v[0], v[1], v[2], v[3], int(v[4]))
+def _label_table(dtype: str, key: str) -> list[str]:
+    """The group labels a statistic of arithmetic ``key`` can carry: its own choice groups, then those of the
+    narrower keys, qualified by their key (:func:`_at_least`)."""
+    out = [label for label, _ in choice_groups(dtype, key)]
+    for narrower in ARITHMETIC_KEYS[:ARITHMETIC_KEYS.index(key)]:
+        out += [f"{label} [{narrower}]" for label, _ in choice_groups(dtype, narrower)]
+    return out
+
+
+def _decode(v: list | str | None, dtype: str) -> Any:
+    if v is None or isinstance(v, str):
+        return v
+    n, entries, prev = int(v[0]), [], None
+    for key, e in zip(ARITHMETIC_KEYS, v[1:], strict=True):
+        if e == 0:
+            s = prev
+        elif e is None:
+            s = None
+        else:
+            labels = _label_table(dtype, key)
+            groups = tuple(labels[i] if 0 <= i < len(labels) else "?" for i in e[4])
+            s = ErrorStats(e[0], e[1], e[2], e[3], n, groups=groups)
+        entries.append((key, s))
+        prev = s
+    return ArithmeticStats(tuple(entries))
 
 
 def stored_stats(case: Any, dtype: str, key: str, compute: Callable[[], Any]) -> Any:
@@ -179,8 +221,8 @@ def stored_stats(case: Any, dtype: str, key: str, compute: Callable[[], Any]) ->
     from the store, else ``compute()`` (then kept in the store for this process)."""
     entry = _store().setdefault(_digest(case), {}).setdefault(dtype, {})
     if key not in entry:
-        entry[key] = _encode(compute())
-    return _decode(entry[key])
+        entry[key] = _encode(compute(), dtype)
+    return _decode(entry[key], dtype)
 
 
 #: Arithmetic choices (fields of :class:`~pldr_ref.harness.arithmetic.Arithmetic`) whose values group the members
@@ -190,28 +232,61 @@ CHOICES = ("accumulate", "compute", "tile", "order", "softmax", "exp2", "recipro
 #: value, and one member's unlucky rounding moves it by at most one rank.
 MIN_GROUP = 3
 
+#: The arithmetic a verdict can be judged against, narrowest first (:func:`arithmetic_key` maps a backend's declared
+#: :data:`pldr_ref.harness.protocol.ARITHMETICS` to one): ``float32-accumulate`` -- the members accumulating and
+#: computing elementwise in float32 (and the member evaluating each stage in float64): what GPU kernels do, the
+#: default; ``dtype-accumulate-or-elementwise`` -- every member, those accumulating or computing elementwise in the
+#: dtype included: the widest legitimate arithmetic.  Both dtype declarations are judged against the widest: judged
+#: against the dtype-accumulating members alone (without the elementwise ones), a battery backend accumulating in
+#: float16 failed ``g_mode/learned_tiny`` (A_P at 2.4 x the widest reference error, above 4 x that narrower one's).
+ARITHMETIC_KEYS = ("float32-accumulate", "dtype-accumulate-or-elementwise")
+#: The widest: every member (what the gross-error bound of :mod:`pldr_ref.harness.tolerance` scales).
+WIDEST = ARITHMETIC_KEYS[-1]
 
-def choice_groups(dtype: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """(label, member indices) of the groups the statistic takes its median over: the whole ensemble of ``dtype``,
-    and for each value of each arithmetic choice in :data:`CHOICES` (accumulation in float32 or in the dtype,
-    elementwise work in float32 or in the dtype, a tile size, an order, online softmax, exp2, reciprocals,
-    unfused bias and activation, TF32) the members that make it, when at least :data:`MIN_GROUP` do.  The naive
-    member (float64 inside each stage) makes none of those choices and belongs to the whole ensemble only."""
+
+def arithmetic_key(declared: Any) -> str:
+    """The key of :data:`ARITHMETIC_KEYS` a backend declaring ``declared`` (names of
+    :data:`pldr_ref.harness.protocol.ARITHMETICS`) is judged against: the widest when it declares any dtype
+    arithmetic, else the GPU default."""
+    declared = set(declared)
+    return WIDEST if declared & {"dtype-accumulate", "dtype-elementwise"} else "float32-accumulate"
+
+
+def member_arithmetic(m: Arithmetic) -> str:
+    """The narrowest key of :data:`ARITHMETIC_KEYS` whose members include ``m``."""
+    return WIDEST if "storage" in (m.compute, m.accumulate) else "float32-accumulate"
+
+
+def covered_members(dtype: str, key: str = WIDEST) -> tuple[int, ...]:
+    """Indices (in ``members(dtype)``) of the members arithmetic ``key`` covers."""
+    rank = ARITHMETIC_KEYS.index(key)
+    return tuple(i for i, m in enumerate(members(dtype)) if ARITHMETIC_KEYS.index(member_arithmetic(m)) <= rank)
+
+
+def choice_groups(dtype: str, key: str = WIDEST) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """(label, member indices) of the groups the statistic of arithmetic ``key`` takes its median over: every member
+    ``key`` covers (label ``all``), and for each value of each arithmetic choice in :data:`CHOICES` (accumulation in
+    float32 or in the dtype, elementwise work in float32 or in the dtype, a tile size, an order, online softmax,
+    exp2, reciprocals, unfused bias and activation, TF32) the covered members that make it, when at least
+    :data:`MIN_GROUP` do.  The member evaluating each stage in float64 makes none of those choices and belongs to
+    ``all`` only."""
     ms = members(dtype)
-    groups: list[tuple[str, tuple[int, ...]]] = [("all", tuple(range(len(ms))))]
+    covered = covered_members(dtype, key)
+    groups: list[tuple[str, tuple[int, ...]]] = [("all", covered)]
     for field in CHOICES:
-        values = sorted({repr(getattr(m, field)) for m in ms if m.internal})
+        values = sorted({repr(getattr(ms[i], field)) for i in covered if ms[i].internal})
         for v in values:
-            idx = tuple(i for i, m in enumerate(ms) if m.internal and repr(getattr(m, field)) == v)
-            if len(idx) >= MIN_GROUP and len(idx) < len(ms):
+            idx = tuple(i for i in covered if ms[i].internal and repr(getattr(ms[i], field)) == v)
+            if MIN_GROUP <= len(idx) < len(covered):
                 groups.append((f"{field}={v}", idx))
     return tuple(groups)
 
 
-def robust_stats(per_member: list[Any], dtype: str | None = None) -> Any:
-    """The ensemble's statistics of one output, each of max error, relative RMS, |offset| and |gain| taken as
-    **the largest, over the choice groups, of the median over the group's members** (:func:`choice_groups`;
-    rounded up to :data:`SIGNIFICANT_DIGITS` digits), with the members' values in ``members``.
+def robust_stats(per_member: list[Any], dtype: str | None = None, key: str = WIDEST) -> Any:
+    """The ensemble's statistic of one output under arithmetic ``key``: each of max error, relative RMS, |offset|
+    and |gain| taken as **the largest, over the choice groups of the members ``key`` covers, of the median over the
+    group's members** (:func:`choice_groups`; rounded up to :data:`SIGNIFICANT_DIGITS` digits), with the label of
+    the group that set it (:attr:`ErrorStats.groups`).
 
     ``per_member`` in the order of ``members(dtype)``; without ``dtype`` (or with another number of entries) the
     only group is the whole list.  Why per group: the members form clusters by their choices -- accumulation in
@@ -219,24 +294,57 @@ def robust_stats(per_member: list[Any], dtype: str | None = None) -> Any:
     score) from the float32-accumulating majority -- and a median over all members covers the majority only, so a
     legitimate kernel making a minority choice failed (issue 19, the whole battery).  Each choice is covered by
     the typical member making it; no single member's value decides (a group has at least :data:`MIN_GROUP`).
-    None (non-finite) when at least half the members are non-finite."""
-    ok = [s is not None and s.max_abs is not None for s in per_member]
-    if not per_member or 2 * sum(ok) <= len(per_member):
+    None (non-finite) when at least half the covered members are non-finite."""
+    if dtype is not None and len(per_member) == len(members(dtype)):
+        groups = choice_groups(dtype, key)
+    else:
+        groups = (("all", tuple(range(len(per_member)))),)
+    covered = groups[0][1]
+    ok = {i: per_member[i] is not None and per_member[i].max_abs is not None for i in covered}
+    if not covered or 2 * sum(ok.values()) <= len(covered):
         return None
-    groups = (choice_groups(dtype) if dtype is not None and len(per_member) == len(members(dtype))
-              else (("all", tuple(range(len(per_member)))),))
-    finite = [s for s, good in zip(per_member, ok, strict=True) if good]
-    n = finite[0].n
+    n = next(per_member[i].n for i in covered if ok[i])
 
-    def stat(value: Callable[[Any], float]) -> float:
-        best = 0.0
-        for _, idx in groups:
+    def stat(value: Callable[[Any], float]) -> tuple[float, str]:
+        best, label = 0.0, "all"
+        for name, idx in groups:
             vals = [value(per_member[i]) for i in idx if ok[i]]
             if 2 * len(vals) > len(idx):  # a group mostly non-finite has no median
-                best = max(best, float(np.median(np.asarray(vals, dtype=np.float64))))
-        return round_up(best)
+                med = float(np.median(np.asarray(vals, dtype=np.float64)))
+                if med > best:
+                    best, label = med, name
+        return round_up(best), label
 
-    return NaiveStats(stat(lambda s: s.max_abs), stat(lambda s: s.rms_rel), stat(lambda s: abs(s.offset)),
-                      stat(lambda s: abs(s.gain)), n,
-                      members=tuple((s.max_abs, s.rms_rel, s.offset, s.gain) for s in finite))
+    stats = [stat(lambda s: s.max_abs), stat(lambda s: s.rms_rel), stat(lambda s: abs(s.offset)),
+             stat(lambda s: abs(s.gain))]
+    return ErrorStats(stats[0][0], stats[1][0], stats[2][0], stats[3][0], n,
+                      groups=tuple(label for _, label in stats))
 
+
+def arithmetic_stats(per_member: list[Any], dtype: str) -> ArithmeticStats | None:
+    """:func:`robust_stats` of one output under every key of :data:`ARITHMETIC_KEYS`, each number at least that of
+    every narrower key (a wider declaration never gets a tighter allowance: its choice groups mix the narrower
+    members with the others); None: non-finite under the widest."""
+    out: list[tuple[str, ErrorStats | None]] = []
+    prev: ErrorStats | None = None
+    prev_key = ""
+    for key in ARITHMETIC_KEYS:
+        s = robust_stats(per_member, dtype, key)
+        if s is not None and prev is not None:
+            s = _at_least(s, prev, prev_key)
+        out.append((key, s))
+        if s is not None:
+            prev, prev_key = s, key
+    return None if out[-1][1] is None else ArithmeticStats(tuple(out))
+
+
+def _at_least(s: ErrorStats, narrower: ErrorStats, key: str) -> ErrorStats:
+    """``s`` with each of max, rms, offset, gain raised to ``narrower``'s (the statistic of arithmetic ``key``) where
+    larger, with that group's label qualified by ``key``."""
+    pairs = [(s.max_abs, narrower.max_abs), (s.rms_rel, narrower.rms_rel), (s.offset, narrower.offset),
+             (s.gain, narrower.gain)]
+    labels = s.groups or ("all",) * 4
+    low = tuple(g if g.endswith("]") else f"{g} [{key}]" for g in (narrower.groups or ("all",) * 4))
+    vals = [max(a, b) for a, b in pairs]
+    groups = tuple(lab if a >= b else lo for (a, b), lab, lo in zip(pairs, labels, low, strict=True))
+    return ErrorStats(vals[0], vals[1], vals[2], vals[3], s.n, groups=groups)

@@ -52,7 +52,7 @@ def collect(cases: list[Any], dtype: str, *, with_torch: bool = True, members: b
     from pldr_ref.harness import mutants
     from pldr_ref.harness.battery import BATTERY_ARITHMETIC, EmulatedBackend
     from pldr_ref.harness.ensemble import case_runs
-    from pldr_ref.harness.tolerance import case_baselines, naive_stats
+    from pldr_ref.harness.tolerance import case_statistics, error_stats, judged_arithmetic
     from pldr_ref.harness.validate import output_allowances, validate_case
     from pldr_ref.harness.verdict_power import NoisyLogits, ZeroLogits
 
@@ -71,12 +71,13 @@ def collect(cases: list[Any], dtype: str, *, with_torch: bool = True, members: b
             continue
         if members:
             g = np.asarray(case.outputs[name])
-            member_err = [naive_stats(g, run[name]).rms_rel for _, run in case_runs(case, dtype)
+            member_err = [error_stats(g, run[name]).rms_rel for _, run in case_runs(case, dtype)
                           if run is not None and name in run]
         else:  # the stored statistic of the members (pldr_ref/harness/calibration.json)
-            stats, _ = case_baselines(case, dtype)
+            stats, _ = case_statistics(case, dtype)
             st = (stats or {}).get(name)
-            member_err = [] if st is None or isinstance(st, str) else [st.rms_rel]
+            st = None if st is None or isinstance(st, str) else st.of(judged_arithmetic())
+            member_err = [] if st is None else [st.rms_rel]
         ok = [validate_case(b, case, dtype, isolate=False) for b in correct]
         allow = output_allowances(case, dtype)[0].get(name)  # None: nothing of it representable in the dtype
         allowance, judged = (None, False) if allow is None else (allow.rms, allow.judged)

@@ -25,10 +25,12 @@ from pldr_ref.harness.output_types import output_type_problem, widened
 from pldr_ref.harness.stage_reference import reference_stage
 from pldr_ref.harness.tolerance import (
     Allowance,
-    baseline_allowance,
+    ensemble_allowance,
+    error_stats,
+    failed_tests,
     float64_allowance,
+    gross_error,
     inner_dimension,
-    naive_stats,
     output_allowance,
     round_to,
 )
@@ -101,22 +103,6 @@ OUTSIDE_WIDE = "outside even this wide allowance"
 OUTPUT_STATUSES = ("pass", "fail", "not_judgeable", "not_applicable", "missing", "not_produced")
 
 
-def failed_tests(cmp: TensorComparison, allowance: Allowance) -> list[str]:
-    """Which of the max, relative-RMS, offset and gain tests ``cmp`` fails under ``allowance`` (empty: pass)."""
-    if cmp.error is not None:
-        return [cmp.error]
-    out = []
-    if cmp.mismatches:
-        out.append(f"max test: {cmp.mismatches}/{cmp.size} elements outside atol {cmp.atol:.3g}"
-                   + (f" + rtol {cmp.rtol:.3g}|golden|" if cmp.rtol else "")
-                   + (f" ({cmp.class_mismatches} NaN/inf class mismatches)" if cmp.class_mismatches else ""))
-    for label, got, allowed in (("relative RMS error", cmp.rms_rel, allowance.rms),
-                                ("offset", cmp.offset, allowance.offset), ("gain", cmp.gain, allowance.gain)):
-        if allowed is not None and not abs(got) <= allowed:  # NaN fails
-            out.append(f"{label} {got:.3g} outside +-{allowed:.3g}")
-    return out
-
-
 def judge(name: str, stage: str | None, expected: np.ndarray, actual: np.ndarray, dtype: str,
           allowance: Allowance) -> OutputResult:
     """Compare and apply ``allowance``: pass iff the max test (no element outside it, no NaN/inf class
@@ -133,6 +119,9 @@ def judge(name: str, stage: str | None, expected: np.ndarray, actual: np.ndarray
     cmp = compare_tensor(name, expected, actual, dtype)
     if cmp.error is not None:
         return OutputResult(name, stage, "fail", cmp, allowance, note=cmp.error)
+    gross = gross_error(cmp, allowance)
+    if gross is not None:  # not judgeable only stops a pass (pldr_ref.harness.tolerance.K_GROSS)
+        return OutputResult(name, stage, "fail", cmp, allowance, note=gross)
     if not allowance.judgeable:
         if cmp.class_mismatches:
             return OutputResult(name, stage, "fail", cmp, allowance,
@@ -266,25 +255,25 @@ def stage_allowance(case: Any, stage: str, layer: int | None, leaf: str, inputs:
                              lambda: _ensemble_stats(golden, dtype, runs(), leaf))
     else:
         stats = _ensemble_stats(golden, dtype, naive, leaf)
-    return baseline_allowance(dtype, golden, stats, inner_dimension(case),
+    return ensemble_allowance(dtype, golden, stats, inner_dimension(case),
                               source="isolated stage (calibration ensemble)", single_stage=True)
 
 
 def _ensemble_stats(golden: np.ndarray, dtype: str, runs: Any, leaf: str) -> Any:
     """Robust statistics of the members' runs of one stage output (None: no usable run)."""
-    from pldr_ref.harness.ensemble import robust_stats
+    from pldr_ref.harness.ensemble import arithmetic_stats
 
     if runs is None:
         return None
     if isinstance(runs, Mapping):  # one run (e.g. already restricted to a representable part)
         runs = [runs]
-    per = [None if r is None or leaf not in r else naive_stats(golden, round_to(dtype, r[leaf])) for r in runs]
-    return robust_stats(per, dtype)
+    per = [None if r is None or leaf not in r else error_stats(golden, round_to(dtype, r[leaf])) for r in runs]
+    return arithmetic_stats(per, dtype)
 
 
 def ensemble_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str, np.ndarray], dtype: str,
                    params_cache: dict) -> list[dict[str, np.ndarray] | None]:
-    """Every calibration member's run of the stage from the golden upstream values (:func:`naive_stage` with that
+    """Every calibration member's run of the stage from the golden upstream values (:func:`storage_stage` with that
     member's arithmetic; memoized per case, dtype and stage)."""
     from pldr_ref.harness.ensemble import stage_runs
 
@@ -294,13 +283,13 @@ def ensemble_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str
         if "inputs" not in memo:  # the members share the rounded inputs
             memo["inputs"] = {k: round_to(dtype, v) for k, v in inputs.items()
                               if k in STAGE_INPUTS.get(stage, ()) or k not in LAYER_TRACE_NAMES}
-        return naive_stage(case, stage, layer, memo["inputs"], dtype, params_cache, rounded=True)
+        return storage_stage(case, stage, layer, memo["inputs"], dtype, params_cache, rounded=True)
 
     runs = stage_runs(case, stage, layer, dtype, run)
     return [r for _, r in runs]
 
 
-def naive_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str, np.ndarray], dtype: str,
+def storage_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str, np.ndarray], dtype: str,
                 params_cache: dict, *, rounded: bool = False) -> dict[str, np.ndarray] | None:
     """The float64 reference stage on dtype-rounded inputs (``rounded``: already rounded) and parameters (None if
     it cannot run)."""
@@ -335,13 +324,13 @@ def unrepresentable_stage(case: Any, dtype: str) -> str | None:
         return None
     params_cache: dict = {}
     for stage, layer, inputs, golden in stage_plan(case):
-        naive = naive_stage(case, stage, layer, inputs, dtype, params_cache)
+        naive = storage_stage(case, stage, layer, inputs, dtype, params_cache)
         if naive is None:
             continue
         for leaf, want in golden.items():
             if leaf not in naive or np.asarray(want).dtype.kind != "f":
                 continue
-            st = naive_stats(want, round_to(dtype, naive[leaf]))
+            st = error_stats(want, round_to(dtype, naive[leaf]))
             g = np.asarray(want, dtype=np.float64)
             fin = np.isfinite(g)
             scale = float(np.max(np.abs(g[fin]))) if fin.any() else 0.0

@@ -47,6 +47,18 @@ CACHE_FEATURES = ("kv", "g")
 #: switch table (:mod:`pldr_ref.switches`) that an engine computes with (all but ``init_scheme``).
 SWITCHES = ENGINE_SWITCHES
 
+#: The arithmetic a backend may declare (``docs/tolerances.md``, "The policy"): ``float32-accumulate`` -- what GPU
+#: kernels do (cuBLAS, ``tl.dot``, FlashAttention): products and reductions accumulated in float32, softmax and
+#: LayerNorm statistics and every elementwise op in float32, stage outputs stored in the dtype (the default);
+#: ``dtype-accumulate`` -- some sums (a matrix product, P@V, Q G K^T, a reduction) accumulated in the 16-bit dtype;
+#: ``dtype-elementwise`` -- every op's output stored in the dtype (a matrix product's inside a stage included, and
+#: elementwise work: softmax, LayerNorm, activations, powers), as eager 16-bit frameworks do (the bundled torch and
+#: JAX backends).  A backend declaring either dtype arithmetic is judged against every
+#: calibration member, those making these choices included (a wider allowance); in float32 they coincide.
+ARITHMETICS = ("float32-accumulate", "dtype-accumulate", "dtype-elementwise")
+#: What a backend that declares nothing is judged against.
+DEFAULT_ARITHMETIC = ("float32-accumulate",)
+
 #: The issue-12 emulation switches at the values a backend computes when it implements none of them
 #: (float64 table and rotation, exact scale, mask added and softmax taken in the compute dtype, masked rows
 #: as the arithmetic gives them, pads from the token id).  A backend that implements none declares these,
@@ -74,7 +86,9 @@ class Capabilities:
     here means "every value"; G modes are declared as ``switches={"g_mode": (...)}``); full_trace:
     returns every trace entry, not only the primary outputs; position_ids: honours per-row RoPE
     positions given as the case input ``position_ids`` (issue 12; cases with that input are
-    unsupported otherwise, never silently run with default positions).
+    unsupported otherwise, never silently run with default positions); arithmetic: the arithmetic its
+    16-bit kernels use (:data:`ARITHMETICS`; default :data:`DEFAULT_ARITHMETIC`, the GPU kernels' float32
+    accumulation), which sets the calibration members it is judged against.
     """
 
     dtypes: tuple[str, ...]
@@ -84,6 +98,7 @@ class Capabilities:
     switches: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     full_trace: bool = True
     position_ids: bool = False
+    arithmetic: tuple[str, ...] = DEFAULT_ARITHMETIC
 
     def __post_init__(self) -> None:
         bad = [d for d in self.dtypes if d not in DTYPES]
@@ -95,6 +110,12 @@ class Capabilities:
         bad = [s for s in self.switches if s not in SWITCHES]
         if bad:
             raise ValueError(f"Capabilities.switches has unknown switch(es) {bad}; known: {SWITCHES}")
+        if isinstance(self.arithmetic, str) or not self.arithmetic:
+            raise ValueError(f"Capabilities.arithmetic must be a non-empty tuple of {ARITHMETICS}, "
+                             f"got {self.arithmetic!r}")
+        bad = [a for a in self.arithmetic if a not in ARITHMETICS]
+        if bad:
+            raise ValueError(f"Capabilities.arithmetic has unknown arithmetic(s) {bad}; known: {ARITHMETICS}")
 
     @property
     def g_modes(self) -> tuple[str, ...]:
@@ -105,7 +126,7 @@ class Capabilities:
         """JSON-able form (for reports)."""
         return {"dtypes": list(self.dtypes), "kinds": sorted(self.kinds), "stages": list(self.stages),
                 "caches": list(self.caches), "switches": {k: list(v) for k, v in sorted(self.switches.items())},
-                "full_trace": self.full_trace}
+                "full_trace": self.full_trace, "arithmetic": list(self.arithmetic)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,9 @@ JSON schema (``schema_version`` = :data:`SCHEMA_VERSION`; documented in ``docs/b
       "suite": {"root": str (as given), "manifest_sha256": str | null, "cases": int},
       "dtypes": [str],
       "policy": {"k_half": float, "k_sqrt": float, "k_min": float, "floor_units": float, "k_rms": float,
-                 "k_bias": float, "max_allowance_fraction": float,
+                 "k_bias": float, "bias_floor": float, "f32_factor": float, "k_gross": float,
+                 "max_allowance_fraction": float, "max_abs_fraction": float,
+                 "arithmetic": str | null,  # what the verdicts below float64 assume (the backend's declaration)
                  "float64": "case tolerance (case.json)"},
       "summary": {"total": int, "pass": int, "fail": int, "error": int, "not_judgeable": int, "unsupported": int,
                   "not_applicable": int},
@@ -20,6 +22,7 @@ JSON schema (``schema_version`` = :data:`SCHEMA_VERSION`; documented in ``docs/b
     }
 
     CaseResult = {"case", "group", "kind", "tier", "dtype", "status", "reason",
+                  "arithmetic": str,  # the arithmetic the verdict assumed ("" for float64, unsupported, error)
                   "first_failure": null | {"stage", "layer", "output", "found_by": "isolation" | "end_to_end",
                                            "note"},
                   "outputs": [OutputResult], "stages": [StageResult], "seconds"?: float (only with timing)}
@@ -28,7 +31,10 @@ JSON schema (``schema_version`` = :data:`SCHEMA_VERSION`; documented in ``docs/b
                                           max_ulp, ref_max_abs, worst_index, worst_expected, worst_actual,
                                           nan_mismatches, posinf_mismatches, neginf_mismatches, mismatches,
                                           atol, rtol, error},
-                    "allowance": null | {"atol", "rtol", "rule", "detail", "judged", "reason"}}
+                    "allowance": null | {"atol", "rtol", "rule", "detail", "judged", "reason", "rms", "offset",
+                                         "gain", "gross", "judgeable"},
+                    "margin": null | {"max", "rms", "offset", "gain", "gross": observed / allowed (< 1 passes),
+                                      "rms_multiple": relative RMS error / reference error, "allowed_multiple"}}
     StageResult = {"stage", "layer", "status", "note", "outputs": [OutputResult]}
 
 Non-finite numbers are written as the strings "inf", "-inf", "nan".  :data:`REPORT_JSON_SCHEMA` is
@@ -70,7 +76,8 @@ _OUTPUT = {"type": "object", "required": ["name", "stage", "status", "comparison
            "properties": {"name": {"type": "string"}, "stage": {"type": ["string", "null"]},
                           "status": {"enum": ["pass", "fail", "not_judgeable", "not_applicable", "missing",
                                                 "not_produced"]},
-                          "comparison": _COMPARISON, "allowance": _ALLOWANCE, "note": {"type": "string"}}}
+                          "comparison": _COMPARISON, "allowance": _ALLOWANCE, "note": {"type": "string"},
+                          "margin": {"type": ["object", "null"]}}}
 _STAGE = {"type": "object", "required": ["stage", "layer", "status", "note", "outputs"],
           "properties": {"stage": {"type": "string"}, "layer": {"type": ["integer", "null"]},
                          "status": {"enum": ["pass", "fail", "unsupported", "error", "not_applicable"]},
@@ -82,7 +89,8 @@ _RESULT = {"type": "object",
                           "first_failure": {"type": ["object", "null"],
                                             "required": ["stage", "layer", "output", "found_by", "note"]},
                           "outputs": {"type": "array", "items": _OUTPUT},
-                          "stages": {"type": "array", "items": _STAGE}, "seconds": {"type": "number"}}}
+                          "stages": {"type": "array", "items": _STAGE}, "seconds": {"type": "number"},
+                          "arithmetic": {"type": "string"}}}
 
 #: JSON Schema (draft 2020-12) of the report: machine-readable form of the module docstring.
 REPORT_JSON_SCHEMA: dict[str, Any] = {
@@ -187,15 +195,25 @@ def build_report(results: list[CaseResult], *, backend_spec: str, backend: Any, 
         "policy": {"k_half": tolerance.K_HALF, "k_sqrt": tolerance.K_SQRT, "k_min": tolerance.K_MIN,
                    "floor_units": tolerance.FLOOR_UNITS, "k_rms": tolerance.K_RMS, "k_bias": tolerance.K_BIAS,
                    "max_allowance_fraction": tolerance.MAX_ALLOWANCE_FRACTION,
-                   "max_abs_fraction": tolerance.MAX_ABS_FRACTION, "chain_factors": tolerance.CHAIN_FACTORS,
-                   "whole_chain_factors": tolerance.WHOLE_CHAIN_FACTORS, "f32_factor": tolerance.F32_FACTOR,
-                   "bias_floor": tolerance.BIAS_FLOOR,
+                   "max_abs_fraction": tolerance.MAX_ABS_FRACTION, "f32_factor": tolerance.F32_FACTOR,
+                   "bias_floor": tolerance.BIAS_FLOOR, "k_gross": tolerance.K_GROSS,
+                   "arithmetic": _judged_arithmetic(backend),
                    "float64": "case tolerance (case.json)"},
         "summary": summarize(results),
         "passed": passed(results, problems),
         "problems": run_problems(results, problems),
         "results": [r.to_dict() for r in results],
     }
+
+
+def _judged_arithmetic(backend: Any) -> str | None:
+    """The arithmetic key the backend's verdicts below float64 assume (None if its capabilities fail)."""
+    from pldr_ref.harness.ensemble import arithmetic_key
+
+    try:
+        return arithmetic_key(backend.capabilities().arithmetic)
+    except Exception:  # the report is written whatever the backend does
+        return None
 
 
 def dumps_report(report: Mapping[str, Any]) -> str:
@@ -236,6 +254,12 @@ def worst_output(result: CaseResult) -> tuple[str, float | None, float | None]:
     return best[1], best[2], best[3]
 
 
+def _first_sentence(note: str) -> str:
+    """The first failing test's sentence of an output note (tests are joined by "; ")."""
+    parts = [p for p in note.split("; ") if " x " in p or "gross" in p]
+    return parts[0] if parts else note
+
+
 def table(results: list[CaseResult], problems: Iterable[str] = ()) -> str:
     """A readable fixed-width table: one row per case x dtype, then the run's problems and the summary."""
     rows = [("STATUS", "DTYPE", "CASE", "WORST OUTPUT", "REL", "ULP", "FIRST FAILURE / REASON")]
@@ -244,7 +268,8 @@ def table(results: list[CaseResult], problems: Iterable[str] = ()) -> str:
         if r.first_failure:
             f = r.first_failure
             where = str(f["stage"] or f["output"] or "?") + (f" (layer {f['layer']})" if f["layer"] is not None else "")
-            note = f"{where} [{f['found_by']}]" + (" glue?" if "correct in isolation" in (f.get("note") or "") else "")
+            note = (f"{where} [{f['found_by']}]" + (" glue?" if "correct in isolation" in (f.get("note") or "") else "")
+                    + (f": {f['output']}: {_first_sentence(f.get('note') or '')}" if f.get("output") else ""))
         else:
             note = r.reason
         ulp_text = "-" if ulp is None else (_fmt(ulp) if not math.isfinite(ulp) else f"{ulp:.0f}")
@@ -257,6 +282,10 @@ def table(results: list[CaseResult], problems: Iterable[str] = ()) -> str:
     lines.append("")
     for msg in run_problems(results, problems):
         lines.append(f"PROBLEM: {escape_text(msg, one_line=True)}")
+    assumed = sorted({r.arithmetic for r in results if r.arithmetic})
+    if assumed:
+        lines.append(f"verdicts below float64 assume {' / '.join(assumed)} arithmetic (the backend's declared "
+                     "Capabilities.arithmetic; docs/tolerances.md)")
     lines.append(f"{s['total']} checks: {s['pass']} pass, {s['fail']} fail, {s['error']} error, "
                  f"{s['not_judgeable']} not judgeable (not covered), {s['unsupported']} unsupported, "
                  f"{s['not_applicable']} not applicable -> " + ("PASSED" if passed(results, problems) else "FAILED"))

@@ -1,63 +1,56 @@
 """The pass/fail policy: how far a backend output may be from the golden value (``docs/tolerances.md``).
 
-Every number in an allowance comes with its reason:
-
 * **float64** -- the case's own tolerance from ``case.json`` (per output, elementwise
   |a - e| <= atol + rtol |e|): 1000 x the largest change of the float64 reference under 1-ulp
   relative perturbations of every input and parameter (``docs/fixtures.md``).
-* **float32, bfloat16, float16** -- four tests, each scaled by the statistics of a *calibration ensemble*
-  (:mod:`pldr_ref.harness.ensemble`): twelve or thirteen legitimate low-precision implementations
-  (:mod:`pldr_ref.harness.arithmetic`: accumulation in float32 or in the dtype, elementwise work in float32 or in
-  the dtype, blocked and reordered sums, online softmax, exp2, reciprocals, unfused bias and activation, TF32
-  products in float32, the naive run) run the case; per output and error measure (:class:`NaiveStats`: max error,
-  relative RMS, |offset|, |gain|) the statistic the tests scale is the **largest, over the groups of members making
-  one arithmetic choice, of the group's median** -- never one run's maximum, and never only the majority's
-  arithmetic:
+* **float32, bfloat16, float16** -- the backend's error must stay within a small multiple of the error of
+  legitimate implementations of the same case in the same dtype: the *calibration ensemble*
+  (:mod:`pldr_ref.harness.ensemble`), restricted to the arithmetic the backend declares
+  (:data:`pldr_ref.harness.protocol.ARITHMETICS`; default ``float32-accumulate``, what GPU kernels do).  Per output
+  and error measure (:class:`ErrorStats`: max error, relative RMS, |offset|, |gain|) the *reference error* is the
+  largest, over the choice groups of those members, of the group's median (:func:`pldr_ref.harness.ensemble
+  .robust_stats`), and each test allows a multiple of it (w = :data:`F32_FACTOR` in float32, else 1):
 
-  1. max test: max|a - e| <= atol = k x max-error statistic + :data:`FLOOR_UNITS` u max|e|, with
+  1. max test: max|a - e| <= w k x max-error reference + :data:`FLOOR_UNITS` u max|e|, with
      k = :data:`K_HALF` (16-bit) or max(:data:`K_MIN`, :data:`K_SQRT` sqrt(n)) (float32);
-  2. relative RMS test: ||a - e|| / ||e|| <= :data:`K_RMS` rho;
-  3. offset test: |mean(a - e)| / rms(e) <= :data:`K_BIAS` (|offset| statistic + rho / sqrt(N))
-     + :data:`BIAS_FLOOR` rho;
-  4. gain test: |<a - e, e>| / <e, e> <= :data:`K_BIAS` (|gain| statistic + rho / sqrt(N)) + :data:`BIAS_FLOOR` rho,
-     rho = max(relative-RMS statistic, u), N = number of finite elements: independent rounding errors average
+  2. relative RMS test: ||a - e|| / ||e|| <= w :data:`K_RMS` rho, rho = max(relative-RMS reference, u);
+  3. offset and gain tests: |offset|, |gain| <= w :data:`K_BIAS` (|statistic| + rho / sqrt(N)
+     + :data:`BIAS_FLOOR` rho / :data:`K_BIAS`), N = number of finite elements: independent rounding errors average
      out like 1 / sqrt(N); a systematic bug (LayerNorm with the unbiased variance, a scale or shift) does not.
 
-  In float32 every allowance is multiplied by :data:`F32_FACTOR` (float32 kernels evaluate exp, log, power, sin,
-  cos in float32; the members in float64).  Isolated stages are judged from golden upstream values with the
-  ensemble run on *that stage alone* (their own conditioning); end-to-end outputs with the ensemble run on the
-  whole case.  (The chain and subset factors of the earlier naive-run policy are kept as constants equal to 1,
-  reported in every JSON report.)
+  Isolated stages are judged from golden upstream values with the ensemble run on *that stage alone*; end-to-end
+  outputs with the ensemble run on the whole case (the compounding along the chain is in the members' errors).
 * **not judgeable** ("not covered"): an output whose relative-RMS allowance exceeds :data:`MAX_ALLOWANCE_FRACTION`
-  or whose max-test allowance exceeds :data:`MAX_ABS_FRACTION` of its scale (or whose ensemble is non-finite: the
-  dtype cannot carry the case) cannot tell a right backend from a wrong one.  It is reported ``not_judgeable``
-  for multi-stage kinds -- never a pass, never covered by isolated stages, not a failure of the run (a NaN / inf
-  where the golden value is finite still fails) -- and ``not_applicable`` for a single-stage op case (the op's
-  own inputs are ill-conditioned in that dtype).  So is every output computed from attention weights E that are
-  not judgeable (:mod:`pldr_ref.harness.unresolved_upstream`: legitimate kernels scatter beyond the ensemble there).
+  or whose max-test allowance exceeds :data:`MAX_ABS_FRACTION` of its scale (or whose ensemble is non-finite)
+  cannot tell a right backend from a wrong one; so is every output computed from unresolved attention weights
+  (:mod:`pldr_ref.harness.unresolved_upstream`).  Not judgeable only stops a pass: **a gross error fails
+  everywhere** -- a relative RMS error above w :data:`K_GROSS` x the widest legitimate arithmetic's reference error
+  (every member, :data:`pldr_ref.harness.ensemble.WIDEST`) is beyond what any legitimate kernel produces.
 * Boolean and integer outputs (masks, positions) must match exactly in every dtype.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from pldr_ref.harness.compare import machine_epsilon, numpy_dtype
-from pldr_ref.harness.naive_run import (  # re-exported: the policy's public names
+from pldr_ref.harness.compare import TensorComparison, machine_epsilon, numpy_dtype
+from pldr_ref.harness.storage_run import (  # re-exported: the policy's public names
     SINGLE_STAGE_KINDS,
-    NaiveStats,
-    naive_error,  # noqa: F401
-    naive_outputs,  # noqa: F401
-    naive_stats,
+    ArithmeticStats,
+    ErrorStats,
+    error_stats,
     round_to,  # noqa: F401
+    storage_outputs,  # noqa: F401
 )
 
-#: Max test, bfloat16 and float16: allowance = K_HALF x the naive run's max error (+ floor).
+#: Max test, bfloat16 and float16: allowance = K_HALF x the max-error reference (+ floor).
 K_HALF = 8.0
 #: Max test, float32: k = K_SQRT * sqrt(n) with n the longest dot product of the case ...
 K_SQRT = 2.0
@@ -65,37 +58,27 @@ K_SQRT = 2.0
 K_MIN = 8.0
 #: Floor of the max test: FLOOR_UNITS unit roundoffs of the dtype times max|golden| (one ulp of the scale).
 FLOOR_UNITS = 2.0
-#: Relative RMS test: allowance = K_RMS x rho, rho = max(ensemble statistic, u).  The statistic already takes the
-#: worst arithmetic-choice group (:func:`pldr_ref.harness.ensemble.robust_stats`: accumulation or elementwise
-#: work in the dtype, unfused epilogues ...), so K_RMS only covers the scatter of one kernel around its group's
-#: median: the legitimate battery backends and the bundled torch backend land at most 3.3 x rho on the judged
-#: outputs of the committed suite (``python -m pldr_ref.harness.battery --margins``; a chaotic cached chain at 4.9 x
-#: is computed from attention weights the dtype cannot resolve and not judged:
-#: :mod:`pldr_ref.harness.unresolved_upstream`); 8 would leave no bfloat16 forward case judgeable.
+#: Relative RMS test: allowance = K_RMS x rho, rho = max(reference error, u).  The reference already takes the
+#: worst choice group of the declared arithmetic's members (tiles, orders, online softmax, exp2, unfused
+#: epilogues ...), so K_RMS only covers the scatter of one kernel around its group's median (measured:
+#: ``python -m pldr_ref.harness.battery --margins``, ``docs/tolerances.md``).
 K_RMS = 4.0
-#: Offset and gain tests: allowance = K_BIAS x (|naive value| + rho / sqrt(N)) + BIAS_FLOOR x rho,
-#: rho = max(naive relative RMS, u).
+#: Offset and gain tests: allowance = K_BIAS x (|statistic| + rho / sqrt(N)) + BIAS_FLOOR x rho.
 K_BIAS = 8.0
 #: Floor of the offset and gain tests in units of rho: internal roundings of a real kernel (a rounded constant,
-#: the mean of a near-constant row) bias its error by a few roundings that the naive run does not make.
+#: the mean of a near-constant row) bias its error by a few roundings that the members do not make.
 BIAS_FLOOR = 2.0
-#: float32 multiplier of all four tests (:func:`whole_tensor_factor`): the members evaluate exp, log, power, sin
+#: float32 multiplier of every multiple (:func:`whole_tensor_factor`): the members evaluate exp, log, power, sin
 #: and cos in float64 and round once, a float32 kernel evaluates them in float32 (1-2 ulp, amplified by |P| in
 #: A_LM^P and by the RoPE angles); the bundled float32 torch backend measured up to 2.1 x the unscaled relative-RMS
 #: allowance (``model/tiny_left_pad_additive`` A_P); twice that, rounded up to a power of two.  In 16-bit
 #: dtypes those errors are far below the storage rounding (factor 1).
 F32_FACTOR = 4.0
-#: End-to-end outputs of multi-stage cases: every k above times this factor per dtype.  1 everywhere: each
-#: ensemble member runs the whole chain, so the compounding of errors along it is in the members' statistics.
-#: Max test:
-CHAIN_FACTORS = {"float32": 1.0, "bfloat16": 1.0, "float16": 1.0}
-#: Relative-RMS, offset and gain tests:
-WHOLE_CHAIN_FACTORS = {"float32": 1.0, "bfloat16": 1.0, "float16": 1.0}
-#: End-to-end outputs judged on a representable part only (:mod:`pldr_ref.harness.representable`): every k and
-#: whole-tensor factor above times this factor per dtype; 1 (the members' statistics are taken over the same part).
-SUBSET_FACTORS = {"float32": 1.0, "bfloat16": 1.0, "float16": 1.0}
-#: The largest of :data:`CHAIN_FACTORS` (reported in the JSON policy).
-CHAIN_FACTOR = max(CHAIN_FACTORS.values())
+#: Gross error: a relative RMS error above K_GROSS x the *widest* legitimate arithmetic's reference error
+#: (w K_GROSS rho_widest) fails in every dtype, judgeable or not -- no legitimate kernel lands there.  Measured
+#: (``docs/tolerances.md``, "Gross errors"): the bundled torch backend lands 10.5 x rho_widest on
+#: ``model/tiny_left_pad_finfo_min`` layer 1 G_LM in bfloat16 (A_LM^P amplifies its roundings); the next power of two.
+K_GROSS = 16.0
 #: An output is not judgeable when its relative-RMS allowance exceeds this fraction (of ||golden||) ...
 MAX_ALLOWANCE_FRACTION = 0.1
 #: ... or its max-test allowance exceeds this fraction of max|golden| (the max test bounds outliers only).
@@ -103,10 +86,34 @@ MAX_ABS_FRACTION = 0.5
 
 #: Name of each rule, as written in reports.
 RULE_FLOAT64 = "float64: case tolerance"
-RULE_BASELINE = "naive-run conditioning: max, rms, offset, gain"
+RULE_ENSEMBLE = "multiple of the calibration ensemble's error: max, rms, offset, gain"
 RULE_EXACT = "exact match"
 RULE_NOT_APPLICABLE = "not applicable"
 RULE_NOT_JUDGEABLE = "not judgeable"
+
+#: The arithmetic the verdicts in progress are judged against (a key of
+#: :data:`pldr_ref.harness.ensemble.ARITHMETIC_KEYS`), set by :func:`judged_as` for one backend's validation.
+_ARITHMETIC: contextvars.ContextVar[str] = contextvars.ContextVar("judged_arithmetic", default="float32-accumulate")
+
+
+@contextlib.contextmanager
+def judged_as(declared: Iterable[str]) -> Iterator[str]:
+    """Judge every allowance computed inside the block against the arithmetic a backend declares (its
+    ``Capabilities.arithmetic``); yields the key (:func:`pldr_ref.harness.ensemble.arithmetic_key`)."""
+    from pldr_ref.harness.ensemble import arithmetic_key
+
+    key = arithmetic_key(declared)
+    token = _ARITHMETIC.set(key)
+    try:
+        yield key
+    finally:
+        _ARITHMETIC.reset(token)
+
+
+def judged_arithmetic() -> str:
+    """The arithmetic key allowances are computed against now (default ``float32-accumulate``)."""
+    return _ARITHMETIC.get()
+
 
 @dataclasses.dataclass(frozen=True)
 class Allowance:
@@ -114,8 +121,10 @@ class Allowance:
 
     Max test |a - e| <= atol + rtol |e| (elementwise); when ``rms`` is set, also relative RMS error
     <= rms, |offset| <= ``offset`` and |gain| <= ``gain`` (see module docstring).  ``judged`` False:
-    not judged, with ``reason``; ``judgeable`` False additionally means it counts against the verdict
-    unless covered by isolated stages.  ``detail`` holds the inputs of the rule for the report.
+    not judged, with ``reason``; ``judgeable`` False additionally means a multi-stage output (not covered, not
+    not-applicable).  ``gross``: the relative RMS error beyond which the output fails even when not judged.
+    ``detail`` holds the inputs of the rule for the report (arithmetic, reference errors, the groups that set
+    them, multiples).
     """
 
     atol: float | None
@@ -128,12 +137,13 @@ class Allowance:
     offset: float | None = None
     gain: float | None = None
     judgeable: bool = True
+    gross: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return {"atol": self.atol, "rtol": self.rtol, "rule": self.rule, "detail": dict(self.detail),
                 "judged": self.judged, "reason": self.reason, "rms": self.rms, "offset": self.offset,
-                "gain": self.gain, "judgeable": self.judgeable}
+                "gain": self.gain, "judgeable": self.judgeable, "gross": self.gross}
 
 
 def unit_roundoff(dtype: str) -> float:
@@ -162,11 +172,11 @@ def k_factor(dtype: str, n: int) -> float:
         return K_HALF
     if dtype == "float32":
         return max(K_MIN, K_SQRT * math.sqrt(n))
-    raise ValueError(f"no naive-run rule for dtype {dtype!r} (float64 uses the case tolerance)")
+    raise ValueError(f"no ensemble rule for dtype {dtype!r} (float64 uses the case tolerance)")
 
 
 def whole_tensor_factor(dtype: str) -> float:
-    """Multiplier of the four tests: :data:`F32_FACTOR` for float32 (a float32 kernel's transcendental functions,
+    """Multiplier of every multiple: :data:`F32_FACTOR` for float32 (a float32 kernel's transcendental functions,
     which the ensemble evaluates in float64), 1 for the 16-bit dtypes."""
     return F32_FACTOR if dtype == "float32" else 1.0
 
@@ -189,56 +199,69 @@ def _scale(golden: np.ndarray) -> float:
     return float(np.max(np.abs(g[fin]))) if fin.any() else 0.0
 
 
-def baseline_allowance(dtype: str, golden: np.ndarray, baseline: NaiveStats | float | None, n: int,
-                       *, source: str, single_stage: bool = False, chain: bool = False, subset: bool = False
-                       ) -> Allowance:
-    """The four-test allowance from the naive run's statistics (a bare float: its max error only).
+def _select(stats: ArithmeticStats | ErrorStats | float | None, key: str) -> tuple[Any, Any]:
+    """(the statistic of arithmetic ``key``, that of the widest arithmetic) of ``stats`` (a bare
+    :class:`ErrorStats` or float stands for every arithmetic)."""
+    if isinstance(stats, ArithmeticStats):
+        return stats.of(key), stats.widest
+    if stats is not None and not isinstance(stats, ErrorStats):
+        stats = ErrorStats(float(stats))
+    return stats, stats
 
-    Not judged if the naive run is non-finite or the max-test allowance exceeds
-    :data:`MAX_ALLOWANCE_FRACTION` of the output's scale (``not_applicable`` for single-stage kinds,
-    ``not_judgeable`` otherwise).
+
+def ensemble_allowance(dtype: str, golden: np.ndarray, stats: ArithmeticStats | ErrorStats | float | None, n: int,
+                       *, source: str, single_stage: bool = False) -> Allowance:
+    """The four-test allowance, a multiple of the ensemble's reference errors under the arithmetic being judged
+    (:func:`judged_arithmetic`; a bare float: the max error only), and the gross-error bound from the widest.
+
+    Not judged if the statistic is non-finite or an allowance exceeds the not-judgeable fractions of the output's
+    scale (``not_applicable`` for single-stage kinds, ``not_judgeable`` otherwise).
     """
-    stats = baseline if isinstance(baseline, NaiveStats) or baseline is None else NaiveStats(float(baseline))
+    key = judged_arithmetic()
+    st, wide = _select(stats, key)
     scale = _scale(golden)
     label = RULE_NOT_APPLICABLE if single_stage else RULE_NOT_JUDGEABLE
-    if stats is None or stats.max_abs is None:
-        return Allowance(None, 0.0, label, {"baseline": None, "source": source}, judged=False,
-                         judgeable=single_stage,
-                         reason=f"the naive {dtype} run of the reference is non-finite on this output "
-                                f"({dtype} cannot carry the case)")
     u = unit_roundoff(dtype)
-    sub = SUBSET_FACTORS[dtype] if subset else 1.0
-    f = (CHAIN_FACTORS[dtype] if chain else 1.0) * sub * whole_tensor_factor(dtype)
-    k = f * k_factor(dtype, n)
+    w = whole_tensor_factor(dtype)
+    gross = None if wide is None or wide.max_abs is None else w * K_GROSS * max(wide.rms_rel, u)
+    if st is None or st.max_abs is None:
+        return Allowance(None, 0.0, label, {"statistic": None, "source": source, "arithmetic": key}, judged=False,
+                         judgeable=single_stage, gross=gross,
+                         reason=f"the {key} members' {dtype} runs of the reference are non-finite on this output "
+                                f"({dtype} cannot carry the case)")
+    k = w * k_factor(dtype, n)
     floor = FLOOR_UNITS * u * scale
-    atol = k * float(stats.max_abs) + floor
-    rho = max(stats.rms_rel, u)
-    noise = rho / math.sqrt(max(stats.n, 1))
-    detail = {"k": k, "n": n, "chain": chain, "subset": subset, "baseline": float(stats.max_abs),
-              "naive_rms_rel": stats.rms_rel, "naive_offset": stats.offset, "naive_gain": stats.gain,
-              "elements": stats.n, "floor": floor,
-              "scale": scale, "kappa": float(stats.max_abs) / (u * scale) if scale > 0 else 0.0, "source": source}
-    w = (WHOLE_CHAIN_FACTORS[dtype] if chain else 1.0) * whole_tensor_factor(dtype) * sub
+    atol = k * float(st.max_abs) + floor
+    rho = max(st.rms_rel, u)
+    noise = rho / math.sqrt(max(st.n, 1))
+    groups = st.groups or ("all",) * 4
+    detail = {"arithmetic": key, "dtype": dtype, "source": source, "n": n, "elements": st.n, "scale": scale,
+              "k": k, "floor": floor, "max_statistic": float(st.max_abs), "rho": rho, "rms_statistic": st.rms_rel,
+              "k_rms": w * K_RMS, "offset_statistic": st.offset, "gain_statistic": st.gain, "k_bias": w * K_BIAS,
+              "offset_reference": abs(st.offset) + noise + BIAS_FLOOR * rho / K_BIAS,
+              "gain_reference": abs(st.gain) + noise + BIAS_FLOOR * rho / K_BIAS,
+              "groups": {"max": groups[0], "rms": groups[1], "offset": groups[2], "gain": groups[3]},
+              "widest_rho": None if gross is None else gross / (w * K_GROSS), "k_gross": w * K_GROSS}
     rms = w * K_RMS * rho
-    offset = w * (K_BIAS * (abs(stats.offset) + noise) + BIAS_FLOOR * rho)
-    gain = w * (K_BIAS * (abs(stats.gain) + noise) + BIAS_FLOOR * rho)
+    offset = w * K_BIAS * detail["offset_reference"]
+    gain = w * K_BIAS * detail["gain_reference"]
     if scale > 0 and (rms > MAX_ALLOWANCE_FRACTION or atol > MAX_ABS_FRACTION * scale):
         return Allowance(atol, 0.0, label, detail, judged=False, judgeable=single_stage, rms=rms, offset=offset,
-                         gain=gain,
+                         gain=gain, gross=gross,
                          reason=f"allowance (relative RMS {rms:.1%}, max {atol / scale:.1%} of the scale) exceeds "
-                                f"{MAX_ALLOWANCE_FRACTION:.0%} RMS / {MAX_ABS_FRACTION:.0%} max (naive {dtype} "
-                                f"error: RMS {stats.rms_rel:.1%}, max {stats.max_abs / scale:.1%}): {dtype} cannot "
-                                "resolve this output" + ("" if single_stage else " end to end"))
-    return Allowance(atol, 0.0, RULE_BASELINE, detail, rms=rms, offset=offset, gain=gain)
+                                f"{MAX_ALLOWANCE_FRACTION:.0%} RMS / {MAX_ABS_FRACTION:.0%} max ({key} reference "
+                                f"error in {dtype}: RMS {st.rms_rel:.1%}, max {st.max_abs / scale:.1%}): {dtype} "
+                                "cannot resolve this output" + ("" if single_stage else " end to end"))
+    return Allowance(atol, 0.0, RULE_ENSEMBLE, detail, rms=rms, offset=offset, gain=gain, gross=gross)
 
 
-def output_allowance(case: Any, name: str, dtype: str, golden: np.ndarray, baseline: NaiveStats | float | str | None,
-                     *, source: str = "naive run", subset: bool = False) -> Allowance:
-    """The allowance for output ``name`` of ``case`` computed in ``dtype`` (``subset``: judged on a representable
-    part only, :data:`SUBSET_FACTORS`).
+def output_allowance(case: Any, name: str, dtype: str, golden: np.ndarray,
+                     stats: ArithmeticStats | ErrorStats | float | str | None, *, source: str = "calibration ensemble"
+                     ) -> Allowance:
+    """The allowance for output ``name`` of ``case`` computed in ``dtype``.
 
-    ``baseline``: the naive run's statistics (or its max error as a float), None when non-finite, or a
-    string saying why no naive run exists (then the output is not judgeable, with that reason).
+    ``stats``: the ensemble's statistics (or a max error as a float), None when non-finite, or a string saying why
+    there are none (then the output is not judgeable, with that reason).
     """
     numpy_dtype(dtype)
     g = np.asarray(golden)
@@ -247,11 +270,89 @@ def output_allowance(case: Any, name: str, dtype: str, golden: np.ndarray, basel
     if dtype == "float64":
         return float64_allowance(case, name)
     single = getattr(case, "kind", None) in SINGLE_STAGE_KINDS
-    if isinstance(baseline, str):
+    if isinstance(stats, str):
         return Allowance(None, 0.0, RULE_NOT_APPLICABLE if single else RULE_NOT_JUDGEABLE, {"source": source},
-                         judged=False, judgeable=single, reason=f"no {dtype} naive run for {name!r} ({baseline})")
-    return baseline_allowance(dtype, golden, baseline, inner_dimension(case), source=source, single_stage=single,
-                              chain=not single, subset=subset)
+                         judged=False, judgeable=single,
+                         reason=f"no {dtype} calibration ensemble for {name!r} ({stats})")
+    return ensemble_allowance(dtype, golden, stats, inner_dimension(case), source=source, single_stage=single)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the verdict's sentences and margins
+
+def _multiple(x: float, ref: float) -> str:
+    return f"{x / ref:.3g}" if ref > 0 else "inf"
+
+
+def failed_tests(cmp: TensorComparison, allowance: Allowance) -> list[str]:
+    """One sentence per test ``cmp`` fails under ``allowance`` (empty: pass): the error as a multiple of the
+    reference error of the judged arithmetic in that dtype, the multiple allowed, and the choice group that set the
+    reference (``docs/tolerances.md``)."""
+    if cmp.error is not None:
+        return [cmp.error]
+    d = allowance.detail
+    if allowance.rule != RULE_ENSEMBLE and not d.get("arithmetic"):  # exact, float64: the plain bounds
+        out = []
+        if cmp.mismatches:
+            out.append(f"max test: {cmp.mismatches}/{cmp.size} elements outside atol {cmp.atol:.3g}"
+                       + (f" + rtol {cmp.rtol:.3g}|golden|" if cmp.rtol else "")
+                       + (f" ({cmp.class_mismatches} NaN/inf class mismatches)" if cmp.class_mismatches else ""))
+        return out
+    where = f"{d['arithmetic']} arithmetic in {d['dtype']}"
+    groups = d["groups"]
+    out = []
+    if cmp.class_mismatches:
+        out.append(f"{cmp.class_mismatches} NaN/inf class mismatches (never within any allowance)")
+    elif cmp.mismatches:
+        out.append(f"max error {cmp.max_abs:.3g} ({cmp.mismatches}/{cmp.size} elements outside {cmp.atol:.3g}) is "
+                   f"{_multiple(cmp.max_abs - d['floor'], d['max_statistic'])} x the reference max error of {where} "
+                   f"({d['max_statistic']:.2g}, set by group {groups['max']}); allowed: {d['k']:.3g} x + a floor of "
+                   f"{d['floor']:.2g}")
+    for test, got, allowed, ref in (
+            ("relative RMS error", cmp.rms_rel, allowance.rms, d["rho"]),
+            ("offset", cmp.offset, allowance.offset, d["offset_reference"]),
+            ("gain", cmp.gain, allowance.gain, d["gain_reference"])):
+        if allowed is not None and not abs(got) <= allowed:  # NaN fails
+            key = {"relative RMS error": "rms"}.get(test, test)
+            mult = d["k_rms"] if key == "rms" else d["k_bias"]
+            out.append(f"{test} {got:.3g} is {_multiple(abs(got), ref)} x the reference {test.split()[-1]} of "
+                       f"{where} ({ref:.2g}, set by group {groups[key]}); allowed: {mult:.3g} x")
+    return out
+
+
+def gross_error(cmp: TensorComparison, allowance: Allowance) -> str | None:
+    """The sentence of a gross error -- a relative RMS error beyond :data:`K_GROSS` x the widest legitimate
+    arithmetic's reference error, which fails whether or not the output is judgeable -- else None."""
+    if allowance.gross is None or cmp.error is not None or abs(cmp.rms_rel) <= allowance.gross:
+        return None
+    d = allowance.detail
+    rho = d.get("widest_rho") or allowance.gross / (whole_tensor_factor(cmp.dtype) * K_GROSS)
+    from pldr_ref.harness.ensemble import WIDEST
+
+    return (f"gross error: relative RMS error {cmp.rms_rel:.3g} is {_multiple(abs(cmp.rms_rel), rho)} x the reference "
+            f"error of the widest legitimate arithmetic ({WIDEST}) in {cmp.dtype} ({rho:.2g}); allowed even where "
+            f"{cmp.dtype} cannot resolve the output: {allowance.gross / rho:.3g} x")
+
+
+def output_margins(cmp: TensorComparison | None, allowance: Allowance | None) -> dict[str, float] | None:
+    """observed / allowed of each test that applies (``max``, ``rms``, ``offset``, ``gain``, and ``gross`` for the
+    gross-error bound), plus ``rms_multiple`` (relative RMS error / reference error) and ``allowed_multiple``;
+    a margin below 1 passes that test.  None when nothing was compared."""
+    if cmp is None or allowance is None or cmp.error is not None:
+        return None
+    out: dict[str, float] = {}
+    if allowance.atol is not None:
+        bound = allowance.atol + allowance.rtol * cmp.ref_max_abs
+        out["max"] = cmp.max_abs / bound if bound > 0 else (0.0 if cmp.max_abs == 0 else math.inf)
+    for test, got, allowed in (("rms", cmp.rms_rel, allowance.rms), ("offset", cmp.offset, allowance.offset),
+                               ("gain", cmp.gain, allowance.gain), ("gross", cmp.rms_rel, allowance.gross)):
+        if allowed:
+            out[test] = abs(got) / allowed
+    rho = allowance.detail.get("rho")
+    if rho:
+        out["rms_multiple"] = abs(cmp.rms_rel) / rho
+        out["allowed_multiple"] = allowance.detail["k_rms"]
+    return out
 
 
 #: Largest finite float32 magnitude: the widest format of any mixed-precision backend below float64.
@@ -273,19 +374,19 @@ def beyond_float32(case: Any) -> str | None:
 ABSENT = "absent"
 
 
-def case_baselines(case: Any, dtype: str, keep: Mapping[str, np.ndarray] | None = None
-                   ) -> tuple[dict[str, NaiveStats] | None, str]:
-    """(naive-run statistics by output, source) of ``case`` in ``dtype``; (None, "none") for float64 or a
-    case without a naive run.  Outputs the naive run does not produce are absent (not judgeable).  ``keep``:
-    boolean masks by output name (:mod:`pldr_ref.harness.representable`): those outputs' statistics are taken
-    over the kept elements only."""
+def case_statistics(case: Any, dtype: str, keep: Mapping[str, np.ndarray] | None = None
+                    ) -> tuple[dict[str, ArithmeticStats] | None, str]:
+    """(the calibration ensemble's statistics by output, source) of ``case`` in ``dtype``; (None, "none") for
+    float64 or a case the members cannot run.  Outputs the members do not produce are absent (not judgeable).
+    ``keep``: boolean masks by output name (:mod:`pldr_ref.harness.representable`): those outputs' statistics are
+    taken over the kept elements only."""
     if dtype == "float64":
         return None, "none"
     wide = beyond_float32(case)
     if wide:
         return {}, f"{wide} holds finite values beyond the float32 range: no backend below float64 can carry it"
     from pldr_ref.fixtures.runners import RUNNERS
-    from pldr_ref.harness.ensemble import case_runs, robust_stats, stored_stats
+    from pldr_ref.harness.ensemble import arithmetic_stats, case_runs, stored_stats
 
     if case.kind not in RUNNERS or (case.kind not in SINGLE_STAGE_KINDS and case.params is None):
         return None, "none"
@@ -295,15 +396,15 @@ def case_baselines(case: Any, dtype: str, keep: Mapping[str, np.ndarray] | None 
     out = {}
     for name, g in case.outputs.items():
 
-        def compute(name: str = name, g: np.ndarray = g) -> NaiveStats | str | None:
+        def compute(name: str = name, g: np.ndarray = g) -> ArithmeticStats | str | None:
             runs = [run for _, run in case_runs(case, dtype)]
             if any(run is None or name not in run for run in runs):
                 return ABSENT
             sel = keep.get(name)
-            per = [naive_stats(np.asarray(g)[sel], np.asarray(run[name])[sel])
-                   if sel is not None and np.shape(run[name]) == np.shape(g) else naive_stats(g, run[name])
+            per = [error_stats(np.asarray(g)[sel], np.asarray(run[name])[sel])
+                   if sel is not None and np.shape(run[name]) == np.shape(g) else error_stats(g, run[name])
                    for run in runs]
-            return robust_stats(per, dtype)
+            return arithmetic_stats(per, dtype)
 
         st = stored_stats(case, dtype, name, compute)
         if st != ABSENT:

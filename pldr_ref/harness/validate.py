@@ -40,9 +40,23 @@ from pldr_ref.harness.localize import (
     unrepresentable_stage,
 )
 from pldr_ref.harness.output_types import checked_outputs
-from pldr_ref.harness.protocol import CaseTimeout, Unsupported, primary_outputs, unsupported_reason
+from pldr_ref.harness.protocol import (
+    DEFAULT_ARITHMETIC,
+    CaseTimeout,
+    Unsupported,
+    primary_outputs,
+    unsupported_reason,
+)
 from pldr_ref.harness.representable import representable_part
-from pldr_ref.harness.tolerance import RULE_NOT_JUDGEABLE, Allowance, case_baselines, output_allowance
+from pldr_ref.harness.tolerance import (
+    RULE_NOT_JUDGEABLE,
+    Allowance,
+    case_statistics,
+    judged_arithmetic,
+    judged_as,
+    output_allowance,
+    output_margins,
+)
 from pldr_ref.harness.unresolved_upstream import mark_unresolved_dependents
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.stages import stage_of_output
@@ -78,15 +92,28 @@ class CaseResult:
     stages: tuple[StageResult, ...]
     first_failure: dict[str, Any] | None
     seconds: float | None = None
+    arithmetic: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (``seconds`` only when timing was requested)."""
+        """JSON-able form (``seconds`` only when timing was requested); every compared output carries its
+        ``margin`` (:func:`pldr_ref.harness.tolerance.output_margins`)."""
+        stages = []
+        for st in self.stages:
+            d = st.to_dict()
+            d["outputs"] = [_with_margin(o) for o in st.outputs]
+            stages.append(d)
         out = {"case": self.case, "group": self.group, "kind": self.kind, "tier": self.tier, "dtype": self.dtype,
                "status": self.status, "reason": self.reason, "first_failure": self.first_failure,
-               "outputs": [o.to_dict() for o in self.outputs], "stages": [s.to_dict() for s in self.stages]}
+               "arithmetic": self.arithmetic, "outputs": [_with_margin(o) for o in self.outputs], "stages": stages}
         if self.seconds is not None:
             out["seconds"] = self.seconds
         return out
+
+
+def _with_margin(o: OutputResult) -> dict[str, Any]:
+    d = o.to_dict()
+    d["margin"] = output_margins(o.comparison, o.allowance)
+    return d
 
 
 def output_stage(case: Any, name: str) -> str | None:
@@ -143,7 +170,7 @@ def output_allowances(case: Any, dtype: str) -> tuple[dict[str, Any], Any]:
     resolve made not judgeable too (:mod:`pldr_ref.harness.unresolved_upstream`)."""
     part = representable_part(case, dtype)
     keep = {} if part is None else part.keep
-    baselines, source = case_baselines(case, dtype, keep=keep)
+    baselines, source = case_statistics(case, dtype, keep=keep)
     allowances = {}
     for name, want in case.outputs.items():
         if dtype == "float64":
@@ -151,12 +178,12 @@ def output_allowances(case: Any, dtype: str) -> tuple[dict[str, Any], Any]:
         elif baselines is None:
             base = "none computable for this case kind"
         else:
-            base = baselines.get(name, "the naive run does not produce this output" if baselines else source)
+            base = baselines.get(name, "the members' runs do not produce this output" if baselines else source)
         if name in keep:
             if not keep[name].any():
                 continue
             want = np.asarray(want)[keep[name]]
-        allowances[name] = output_allowance(case, name, dtype, want, base, source=source, subset=name in keep)
+        allowances[name] = output_allowance(case, name, dtype, want, base, source=source)
     if dtype != "float64":
         allowances = mark_unresolved_dependents(allowances, dtype)
     return allowances, part
@@ -241,6 +268,7 @@ def describe_first_failure(outputs: list[OutputResult], stages: list[StageResult
     bad = next((o for o in outputs if o.status in ("fail", "missing")), None)
     if bad is None:
         return None
+    failing = bad
     for o in outputs:
         if o is bad:
             break
@@ -248,7 +276,7 @@ def describe_first_failure(outputs: list[OutputResult], stages: list[StageResult
             bad = o
             break
     layer = _layer_of(bad.name)
-    note = bad.note
+    note = bad.note if bad is failing else f"{bad.note}; the case fails at {failing.name}: {failing.note}"
     for i, s in enumerate(stages):
         if s.stage == bad.stage and s.layer == layer and s.status == "pass" and not bad.name.startswith("steps."):
             note = (f"stage correct in isolation; divergence between stages: glue, or accumulated error within "
@@ -314,15 +342,24 @@ def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, 
 
     def done(status: str, reason: str, outputs=(), stages=(), first=None) -> CaseResult:
         secs = round(time.perf_counter() - t0, 3) if timing else None
+        arith = "" if dtype == "float64" or status in ("unsupported", "error") else judged_arithmetic()
         return CaseResult(case.name, case.group, case.kind, case.tier, dtype, status, reason, tuple(outputs),
-                          tuple(stages), first, secs)
+                          tuple(stages), first, secs, arith)
 
     try:
         why = unsupported_reason(backend, case, dtype)
+        declared = getattr(backend.capabilities(), "arithmetic", DEFAULT_ARITHMETIC)
     except Exception as exc:
         return done("error", f"capabilities() failed: {type(exc).__name__}: {exc}")
     if why is not None:
         return done("unsupported", why)
+    with judged_as(declared):
+        return _judged_case(backend, case, dtype, isolate, timeout, guarded, done)
+
+
+def _judged_case(backend: Any, case: Any, dtype: str, isolate: bool, timeout: float | None, guarded: Any,
+                 done: Any) -> CaseResult:
+    """:func:`validate_case` once the backend's capabilities are known (inside :func:`judged_as`)."""
     seen = guarded if guarded is not None else guarded_case(case)
     stages: list[StageResult] = []
     try:
@@ -353,8 +390,9 @@ def validate_case(backend: Any, case: Any, dtype: str, *, isolate: bool = True, 
     first = describe_first_failure(outputs, stages) if status == "fail" else None
     if status == "fail":
         where = first["stage"] or first["output"] or "?"
-        reason = f"first failure at stage {where}" + (f" (layer {first['layer']})" if first["layer"] is not None
-                                                     else "")
+        reason = (f"first failure at stage {where}" + (f" (layer {first['layer']})" if first["layer"] is not None
+                                                      else "")
+                  + (f": {first['output']}: {first['note']}" if first["output"] and first["note"] else ""))
     elif status == "not_judgeable":
         wanted = set(primary_outputs(case))
         bad = [o for o in outputs if o.status == "not_judgeable" and o.name in wanted]

@@ -4,7 +4,7 @@
 
 Three logits-only backends (what the harness sees of a serving engine) run every ``forward`` case of the suite:
 :class:`GoldenLogits` (the golden logits correctly rounded to the dtype: must pass), :class:`ZeroLogits` (all-zero
-logits) and :class:`NoisyLogits` (golden logits plus Gaussian noise of 3 % of their scale): both must fail.  A
+logits) and :class:`NoisyLogits` (golden logits plus Gaussian noise of 3 % of their RMS): both must fail.  A
 forward case is **judgeable** in a dtype when its logits allowance there is judged (below the not-judgeable
 thresholds of :mod:`pldr_ref.harness.tolerance`); a not-judgeable case is reported "not covered", never as a pass.
 The table gives, per dtype: forward cases, judgeable ones, and the pass / fail rates over the judgeable ones.
@@ -22,7 +22,8 @@ import numpy as np
 
 from pldr_ref.harness.protocol import DTYPES, Capabilities
 
-#: Relative size of the noise of :class:`NoisyLogits` (of max|golden logits|).
+#: Relative size of the noise of :class:`NoisyLogits` (of the RMS of the golden logits, so its relative RMS error is
+#: about this fraction whatever the logits' largest entry).
 NOISE_FRACTION = 0.03
 
 
@@ -41,7 +42,7 @@ class ZeroLogits:
 
 
 class NoisyLogits(ZeroLogits):
-    """The golden logits plus noise of 3 % of their scale: g + 0.03 max|g| r, r standard normal (seeded per case)."""
+    """The golden logits plus noise of 3 % of their RMS: g + 0.03 rms(g) r, r standard normal (seeded per case)."""
 
     name = "noisy-logits"
 
@@ -49,7 +50,7 @@ class NoisyLogits(ZeroLogits):
         """Golden logits plus seeded Gaussian noise (NaN / inf entries kept)."""
         g = np.asarray(case.outputs["logits"], dtype=np.float64)
         fin = np.isfinite(g)
-        scale = float(np.max(np.abs(g[fin]))) if fin.any() else 0.0
+        scale = float(np.sqrt(np.mean(np.square(g[fin])))) if fin.any() else 0.0
         seed = sum(case.name.encode())  # fixed per case, independent of the order cases are run in
         noise = NOISE_FRACTION * scale * np.random.default_rng(seed).standard_normal(g.shape)
         return {"logits": np.where(fin, g + noise, g)}

@@ -2,9 +2,9 @@
 
 What the calibration ensemble (:mod:`pldr_ref.harness.ensemble`) runs and measures, below the pass/fail policy
 that scales those statistics (:mod:`pldr_ref.harness.tolerance`, which re-exports these names): a case run with
-inputs, parameters and stage outputs rounded to the dtype (:func:`naive_outputs`; inside
+inputs, parameters and stage outputs rounded to the dtype (:func:`storage_outputs`; inside
 :func:`pldr_ref.harness.arithmetic.emulating` every member's own arithmetic), and the four error measures of one
-output (:class:`NaiveStats`, :func:`naive_stats`).
+output (:class:`ErrorStats`, :func:`error_stats`).
 """
 
 from __future__ import annotations
@@ -25,12 +25,14 @@ SINGLE_STAGE_KINDS = op_kinds("op")
 
 
 @dataclasses.dataclass(frozen=True)
-class NaiveStats:
-    """Error statistics of the naive run on one output (d = naive - golden over the finite entries).
+class ErrorStats:
+    """Error statistics of one run on one output (d = run - golden over the finite entries), or the ensemble's
+    statistic of them (:func:`pldr_ref.harness.ensemble.robust_stats`).
 
-    max_abs: max|d| (None: the naive run is non-finite where the golden value is finite);
+    max_abs: max|d| (None: the run is non-finite where the golden value is finite);
     rms_rel: ||d|| / ||golden||; offset: mean(d) / rms(golden); gain: <d, golden> / <golden, golden>;
-    n: number of finite golden entries.
+    n: number of finite golden entries; groups: for an ensemble statistic, the label of the choice group that set
+    each of (max_abs, rms_rel, offset, gain) (empty for one run).
     """
 
     max_abs: float | None
@@ -38,7 +40,32 @@ class NaiveStats:
     offset: float = 0.0
     gain: float = 0.0
     n: int = 0
-    members: tuple[tuple[float, float, float, float], ...] = ()
+    groups: tuple[str, str, str, str] | tuple[()] = ()
+
+    @property
+    def rms_group(self) -> str:
+        """The choice group that set the relative-RMS statistic ("" for one run)."""
+        return self.groups[1] if self.groups else ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ArithmeticStats:
+    """The ensemble's statistics of one output for every arithmetic a backend may declare.
+
+    by_arithmetic: arithmetic key (:data:`pldr_ref.harness.ensemble.ARITHMETIC_KEYS`) -> the statistic over the
+    members that arithmetic covers (None: non-finite there).  The last key is the widest (every member).
+    """
+
+    by_arithmetic: tuple[tuple[str, ErrorStats | None], ...]
+
+    def of(self, key: str) -> ErrorStats | None:
+        """The statistic of arithmetic ``key``."""
+        return dict(self.by_arithmetic)[key]
+
+    @property
+    def widest(self) -> ErrorStats | None:
+        """The statistic over every member (the widest legitimate arithmetic)."""
+        return self.by_arithmetic[-1][1]
 
 
 def round_to(dtype: str, x: np.ndarray) -> np.ndarray:
@@ -54,37 +81,32 @@ def round_to(dtype: str, x: np.ndarray) -> np.ndarray:
     return storage_round(a, numpy_dtype(dtype))
 
 
-def naive_stats(golden: np.ndarray, naive: np.ndarray) -> NaiveStats:
-    """:class:`NaiveStats` of ``naive`` against ``golden`` (max_abs None if the naive value is non-finite
-    where the golden one is finite, or has a different non-finite class)."""
+def error_stats(golden: np.ndarray, run: np.ndarray) -> ErrorStats:
+    """:class:`ErrorStats` of ``run`` against ``golden`` (max_abs None if the run is non-finite where the golden
+    value is finite, or has a different non-finite class)."""
     g = np.asarray(golden, dtype=np.float64)
-    r = np.asarray(naive, dtype=np.float64)
+    r = np.asarray(run, dtype=np.float64)
     if g.shape != r.shape:
-        return NaiveStats(None)
+        return ErrorStats(None)
     fin = np.isfinite(g)
     if np.any(fin & ~np.isfinite(r)) or np.any(~fin & ~((r == g) | (np.isnan(r) & np.isnan(g)))):
-        return NaiveStats(None)
+        return ErrorStats(None)
     if not fin.any():
-        return NaiveStats(0.0)
+        return ErrorStats(0.0)
     d = r[fin] - g[fin]
     gf = g[fin]
     n = int(gf.size)
     scale = float(np.max(np.abs(gf)))
     if scale == 0.0:
-        return NaiveStats(float(np.max(np.abs(d))), 0.0, 0.0, 0.0, n)
+        return ErrorStats(float(np.max(np.abs(d))), 0.0, 0.0, 0.0, n)
     gs, ds = gf / scale, d / scale  # scaled: no overflow in the sums of squares
     gg = float(np.dot(gs, gs))
-    return NaiveStats(float(np.max(np.abs(d))), float(np.linalg.norm(ds)) / math.sqrt(gg),
+    return ErrorStats(float(np.max(np.abs(d))), float(np.linalg.norm(ds)) / math.sqrt(gg),
                       float(np.mean(ds)) / math.sqrt(gg / n), float(np.dot(ds, gs)) / gg, n)
 
 
-def naive_error(golden: np.ndarray, naive: np.ndarray) -> float | None:
-    """max |naive - golden| over the golden's finite entries; None if the naive value is non-finite there."""
-    return naive_stats(golden, naive).max_abs
-
-
-def naive_outputs(case: Any, dtype: str) -> dict[str, np.ndarray] | None:
-    """The naive ``dtype`` run of ``case`` by output name (None when the case has no float64 runner).
+def storage_outputs(case: Any, dtype: str) -> dict[str, np.ndarray] | None:
+    """The ``dtype`` run of ``case`` by output name (None when the case has no float64 runner).
 
     Op cases: inputs and parameters rounded, the float64 runner, outputs rounded.  Other kinds:
     :func:`pldr_ref.fixtures.baselines.baseline_outputs` (stage-by-stage rounding for model and layer
