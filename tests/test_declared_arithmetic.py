@@ -147,14 +147,16 @@ def test_a_failing_line_says_the_multiple_the_allowed_multiple_and_the_group():
 def test_gross_errors_fail_where_the_output_is_not_judgeable():
     """Not judgeable stops a pass only: beyond K_GROSS x the widest arithmetic's error the output fails; inside it
     stays not covered; without the bound (negative control) the same gross error would be not covered."""
-    allow = _allowance((0.03, 0.04))  # 4 x 0.03 > 10 %: not judgeable
-    assert not allow.judged and not allow.judgeable and allow.gross == K_GROSS * 0.04
+    allow = _allowance((0.06, 0.08))  # 2 x 0.06 > 10 %: not judgeable
+    assert K_RMS["float32-accumulate"] * 0.06 > 0.1
+    assert not allow.judged and not allow.judgeable and allow.gross == K_GROSS * 0.08
     g = np.linspace(-1.0, 1.0, 64)
-    gross = judge("layers.0.E", "masked_softmax", g, g * 2.0, "bfloat16", allow)  # relative RMS error 1.0
+    gross = judge("layers.0.E", "masked_softmax", g, g * 3.0, "bfloat16", allow)  # relative RMS error 2.0
     assert gross.status == "fail" and gross.note.startswith("gross error") and "25 x" in gross.note
     mild = judge("layers.0.E", "masked_softmax", g, g * 1.5, "bfloat16", allow)
     assert mild.status == "not_judgeable"
-    unbounded = judge("layers.0.E", "masked_softmax", g, g * 2.0, "bfloat16", dataclasses.replace(allow, gross=None))
+    unbounded = judge("layers.0.E", "masked_softmax", g, g * 3.0, "bfloat16",
+                      dataclasses.replace(allow, gross=None))
     assert unbounded.status == "not_judgeable"
 
 
@@ -200,13 +202,15 @@ def _gross_mutants():
             _dropped_power_mutant()]
 
 
-#: A case bfloat16 cannot judge end to end (a randomly initialised learned G_LM; its E is not judgeable either).
+#: A case bfloat16 cannot judge end to end (a randomly initialised learned G_LM at the fixture scales, kept chaotic on
+#: purpose; layer 1's E is not judgeable either).
 NOT_JUDGEABLE_BF16 = "g_mode/learned_tiny"
 
 
 class _GoldenTrace:
-    """Every golden output rounded to the dtype, end to end only; ``scale_E`` multiplies layer 0's attention
-    weights (a gross error: relative RMS error ``scale_E`` - 1)."""
+    """Every golden output rounded to the dtype, end to end only; ``scale_E`` multiplies layer 1's attention
+    weights, not judgeable in bfloat16 on :data:`NOT_JUDGEABLE_BF16` (a gross error: relative RMS error
+    ``scale_E`` - 1)."""
 
     name = "golden-trace"
 
@@ -220,7 +224,7 @@ class _GoldenTrace:
         from pldr_ref.harness.tolerance import round_to
 
         out = {k: round_to(dtype, v) for k, v in case.outputs.items()}
-        out["layers.0.E"] = round_to(dtype, self.scale_E * np.asarray(case.outputs["layers.0.E"]))
+        out["layers.1.E"] = round_to(dtype, self.scale_E * np.asarray(case.outputs["layers.1.E"]))
         return out
 
 
@@ -235,7 +239,8 @@ def test_a_gross_error_fails_a_not_judgeable_case_at_its_stage(monkeypatch):
     case = load_case(DEFAULT_GOLDEN_DIR / NOT_JUDGEABLE_BF16)
     assert validate_case(_GoldenTrace(), case, "bfloat16").status == "not_judgeable"
     bad = validate_case(_GoldenTrace(3.0), case, "bfloat16")
-    assert bad.status == "fail" and bad.first_failure["stage"] == "masked_softmax", bad.reason
+    assert bad.status == "fail", bad.reason
+    assert (bad.first_failure["stage"], bad.first_failure["layer"]) == ("masked_softmax", 1), bad.reason
     assert "gross error" in bad.reason and "dtype-accumulate-or-elementwise" in bad.reason
     monkeypatch.setattr(tolerance, "K_GROSS", float("inf"))
     assert validate_case(_GoldenTrace(3.0), case, "bfloat16").status == "not_judgeable"
