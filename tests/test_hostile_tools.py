@@ -110,7 +110,7 @@ def test_valid_tool_runs_exit_0_negative_control(tiny: Path, tmp_path: Path, cap
     """The same tools with good values run and exit 0: the refusals above are not a broken parser."""
     code, out, err = run_main(battery.main, ["--no-torch", "--backend", "emulated-reordered-sums", "--dtype",
                                              "float32", "--suite-dir", tiny], capsys)
-    assert code == 0 and "| emulated-reordered-sums | float32 | 2 | 0 |" in out, err
+    assert code == 0 and "| emulated-reordered-sums | float32-accumulate | float32 | 2 | 0 |" in out, err
     code, out, err = run_main(verdict_power.main, ["--dtype", "float32", "--suite-dir", tiny], capsys)
     assert code == 0 and "| float32 | 1 | 1 |" in out, err
     assert engine_report.main.__module__ and engine_report.ENGINES == ("jax", "onnx", "triton", "torch")

@@ -538,7 +538,7 @@ def rope_angles(positions: np.ndarray, d_k: int, base: float, precision: str = "
     from pldr_ref import rope
 
     ref = _reference(rope.rope_angles)
-    if precision not in ("float32", "exact"):
+    if precision != "float32" and precision != "exact":  # tables without float32 transcendentals
         return ref(positions, d_k, base, precision, explicit)
     rope.check_table_used(precision, explicit)
     pos = np.asarray(positions)
