@@ -212,9 +212,15 @@ class OnnxModel:
         return {n: widen_output(ort_output_array(n, v)) for n, v in zip(self.output_names, values, strict=True)}
 
 
+#: The arithmetic of an ONNX graph run node by node: every node's output (each MatMul's, each elementwise op's) is a
+#: tensor of the graph's dtype, as in eager frameworks -- judged against every calibration member
+#: (``docs/tolerances.md``, "The policy"; in float32 the declarations coincide).
+ONNX_ARITHMETIC = ("dtype-elementwise",)
+
+
 def _capabilities(dtype: str, full_trace: bool) -> Capabilities:
     return Capabilities(dtypes=(dtype,), kinds=KINDS, switches=declared_switches("onnx"),
-                        full_trace=full_trace)
+                        full_trace=full_trace, arithmetic=ONNX_ARITHMETIC)
 
 
 class OnnxFileBackend:
@@ -254,7 +260,8 @@ class OnnxExportBackend:
 
     def capabilities(self) -> Capabilities:
         """float32 and float16 exports; forward cases; the full trace."""
-        return Capabilities(dtypes=("float32", "float16"), kinds=KINDS, switches=declared_switches("onnx"))
+        return Capabilities(dtypes=("float32", "float16"), kinds=KINDS, switches=declared_switches("onnx"),
+                            arithmetic=ONNX_ARITHMETIC)
 
     def model_for(self, params: Params, dtype: str) -> OnnxModel:
         """The exported (and, for a mutant, rewritten) model of ``params``' config, cached per Params object."""

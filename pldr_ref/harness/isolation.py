@@ -60,7 +60,7 @@ def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
             results.append(StageResult(stage, layer, "error", (),
                                        note=f"run_stage returned {type(got).__name__}, expected a dict of arrays"))
             continue
-        def naive(stage=stage, layer=layer, inputs=inputs) -> list[dict[str, np.ndarray] | None]:
+        def member_runs(stage=stage, layer=layer, inputs=inputs) -> list[dict[str, np.ndarray] | None]:
             return ensemble_stage(case, stage, layer, inputs, dtype, params_cache)
 
         outs = []
@@ -74,16 +74,16 @@ def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
             if sel is not None and np.shape(got_leaf) == np.shape(want) and sel.any():
                 # judged on the representable rows only (pldr_ref.harness.representable)
                 want, got_leaf = np.asarray(want)[sel], np.asarray(got_leaf)[sel]
-                def naive_sel(naive=naive, leaf=leaf, sel=sel) -> list[dict[str, np.ndarray] | None]:
-                    return [None if r is None or leaf not in r else {leaf: np.asarray(r[leaf])[sel]} for r in naive()]
+                def kept_runs(runs=member_runs, leaf=leaf, sel=sel) -> list[dict[str, np.ndarray] | None]:
+                    return [None if r is None or leaf not in r else {leaf: np.asarray(r[leaf])[sel]} for r in runs()]
 
-                allow = stage_allowance(case, stage, layer, leaf, inputs, want, dtype, params_cache, naive_sel)
+                allow = stage_allowance(case, stage, layer, leaf, inputs, want, dtype, params_cache, kept_runs)
                 res = judge(full, stage, want, got_leaf, dtype, allow)
                 outs.append(dataclasses.replace(res, note="; ".join(
                     x for x in (f"judged on the rows that are not fully masked ({part.dtype} cannot represent "
                                 "those)", res.note) if x)))
                 continue
-            allow = stage_allowance(case, stage, layer, leaf, inputs, want, dtype, params_cache, naive)
+            allow = stage_allowance(case, stage, layer, leaf, inputs, want, dtype, params_cache, member_runs)
             outs.append(judge(full, stage, want, got_leaf, dtype, allow))
         statuses = {o.status for o in outs}
         if statuses & {"fail", "missing"}:

@@ -55,8 +55,8 @@ KEY_AXIS_OUTPUTS = ("k_rot", "v")
 class OutputResult:
     """Verdict on one tensor: status in :data:`OUTPUT_STATUSES`.
 
-    ``not_judgeable``: the allowance would exceed the stated fraction of the output's scale (or the naive
-    run is non-finite) in a multi-stage case: it counts against the verdict unless covered by isolated
+    ``not_judgeable``: the allowance would exceed the stated fraction of the output's scale (or the ensemble's
+    runs are non-finite) in a multi-stage case: it counts against the verdict unless covered by isolated
     stages (:func:`pldr_ref.harness.validate.case_status`).  ``not_applicable``: not judged and not counted
     (the dtype cannot represent a single-stage op case, or a float64 tolerance is absent).
     """
@@ -237,24 +237,24 @@ def _rounded_params(params: Params, dtype: str, cache: dict) -> Params:
 
 def stage_allowance(case: Any, stage: str, layer: int | None, leaf: str, inputs: Mapping[str, np.ndarray],
                     golden: np.ndarray, dtype: str, params_cache: dict,
-                    naive: Any) -> Allowance:
+                    member_runs: Any) -> Allowance:
     """float64: the case tolerance of the trace entry; integer / boolean entries: exact; lower dtypes: the
-    four tests scaled by the naive run of this stage alone (its own conditioning, never the compounded one).
-    An isolated stage's allowance above the stated fraction of its scale makes it not judged (it covers
-    nothing); it never counts against the verdict on its own."""
+    four tests scaled by the ensemble members' runs of this stage alone (its own conditioning, never the
+    compounded one).  An isolated stage's allowance above the stated fraction of its scale makes it not judged
+    (it covers nothing); it never counts against the verdict on its own."""
     full = leaf if layer is None else f"layers.{layer}.{leaf}"
     if np.asarray(golden).dtype.kind in "biu" or dtype == "float64":
         if dtype == "float64" and np.asarray(golden).dtype.kind == "f":
             return float64_allowance(case, full)
         return output_allowance(case, full, dtype, golden, None)
-    if callable(naive):  # the members' runs, computed only when the statistics are not stored
+    if callable(member_runs):  # the members' runs, computed only when the statistics are not stored
         from pldr_ref.harness.ensemble import stored_stats
 
-        runs = naive
+        runs = member_runs
         stats = stored_stats(case, dtype, f"stage:{stage}:{layer}:{leaf}",
                              lambda: _ensemble_stats(golden, dtype, runs(), leaf))
     else:
-        stats = _ensemble_stats(golden, dtype, naive, leaf)
+        stats = _ensemble_stats(golden, dtype, member_runs, leaf)
     return ensemble_allowance(dtype, golden, stats, inner_dimension(case),
                               source="isolated stage (calibration ensemble)", single_stage=True)
 
@@ -313,24 +313,24 @@ def read_only(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def unrepresentable_stage(case: Any, dtype: str) -> str | None:
-    """The first isolated stage of ``case`` (forward order) that ``dtype`` cannot represent at all: its naive
-    run from the golden upstream values is itself off by more than the not-judgeable thresholds (relative RMS
-    above ``MAX_ALLOWANCE_FRACTION`` or max error above ``MAX_ABS_FRACTION`` of the scale), e.g. the fully
-    masked rows of an additive -1e9 mask, where float32 absorbs the scores.  None if every stage is
-    representable (or the case has no isolatable stage, or dtype is float64)."""
+    """The first isolated stage of ``case`` (forward order) that ``dtype`` cannot represent at all: its storage run
+    (float64 inside the stage, output rounded) from the golden upstream values is itself off by more than the not-
+    judgeable thresholds (relative RMS above ``MAX_ALLOWANCE_FRACTION`` or max error above ``MAX_ABS_FRACTION`` of
+    the scale), e.g. the fully masked rows of an additive -1e9 mask, where float32 absorbs the scores. None if every
+    stage is representable (or the case has no isolatable stage, or dtype is float64)."""
     from pldr_ref.harness.tolerance import MAX_ABS_FRACTION, MAX_ALLOWANCE_FRACTION
 
     if dtype == "float64":
         return None
     params_cache: dict = {}
     for stage, layer, inputs, golden in stage_plan(case):
-        naive = storage_stage(case, stage, layer, inputs, dtype, params_cache)
-        if naive is None:
+        stored = storage_stage(case, stage, layer, inputs, dtype, params_cache)
+        if stored is None:
             continue
         for leaf, want in golden.items():
-            if leaf not in naive or np.asarray(want).dtype.kind != "f":
+            if leaf not in stored or np.asarray(want).dtype.kind != "f":
                 continue
-            st = error_stats(want, round_to(dtype, naive[leaf]))
+            st = error_stats(want, round_to(dtype, stored[leaf]))
             g = np.asarray(want, dtype=np.float64)
             fin = np.isfinite(g)
             scale = float(np.max(np.abs(g[fin]))) if fin.any() else 0.0
@@ -338,7 +338,7 @@ def unrepresentable_stage(case: Any, dtype: str) -> str | None:
                                                      or st.max_abs > MAX_ABS_FRACTION * scale)):
                 where = stage if layer is None else f"layers.{layer}.{stage}"
                 err = "non-finite" if st.max_abs is None else f"relative RMS {st.rms_rel:.1%}"
-                return f"{where} (output {leaf}: naive {dtype} error from golden upstream values {err})"
+                return f"{where} (output {leaf}: {dtype} storage error from golden upstream values {err})"
     return None
 
 

@@ -13,7 +13,7 @@
 
   1. max test: max|a - e| <= w k x max-error reference + :data:`FLOOR_UNITS` u max|e|, with
      k = :data:`K_HALF` (16-bit) or max(:data:`K_MIN`, :data:`K_SQRT` sqrt(n)) (float32);
-  2. relative RMS test: ||a - e|| / ||e|| <= w :data:`K_RMS` rho, rho = max(relative-RMS reference, u);
+  2. relative RMS test: ||a - e|| / ||e|| <= w :data:`K_RMS` [arithmetic] rho, rho = max(relative-RMS reference, u);
   3. offset and gain tests: |offset|, |gain| <= w :data:`K_BIAS` (|statistic| + rho / sqrt(N)
      + :data:`BIAS_FLOOR` rho / :data:`K_BIAS`), N = number of finite elements: independent rounding errors average
      out like 1 / sqrt(N); a systematic bug (LayerNorm with the unbiased variance, a scale or shift) does not.
@@ -58,11 +58,15 @@ K_SQRT = 2.0
 K_MIN = 8.0
 #: Floor of the max test: FLOOR_UNITS unit roundoffs of the dtype times max|golden| (one ulp of the scale).
 FLOOR_UNITS = 2.0
-#: Relative RMS test: allowance = K_RMS x rho, rho = max(reference error, u).  The reference already takes the
-#: worst choice group of the declared arithmetic's members (tiles, orders, online softmax, exp2, unfused
-#: epilogues ...), so K_RMS only covers the scatter of one kernel around its group's median (measured:
-#: ``python -m pldr_ref.harness.battery --margins``, ``docs/tolerances.md``).
-K_RMS = 4.0
+#: Relative RMS test: allowance = K_RMS[arithmetic] x rho, rho = max(reference error, u), per declared arithmetic
+#: (keys of :data:`pldr_ref.harness.ensemble.ARITHMETIC_KEYS`).  The reference already takes the worst choice group
+#: of the declared arithmetic's members (tiles, orders, online softmax, exp2, unfused epilogues ...), so K_RMS only
+#: covers the scatter of one kernel around its group's median.  float32-accumulate: 2, FlashAttention's rule (its
+#: members' relative RMS errors on the logits agree within 15 %; the float32-accumulating battery kernels land at
+#: most 1.7 x rho on any judged output).  The dtype arithmetics: 4 (the order of a 16-bit accumulation scatters the
+#: error: the battery's bfloat16 / float16 accumulators land up to 3.3 x their rho).  Measured:
+#: ``python -m pldr_ref.harness.battery --margins``, ``docs/tolerances.md``.
+K_RMS = {"float32-accumulate": 2.0, "dtype-accumulate-or-elementwise": 4.0}
 #: Offset and gain tests: allowance = K_BIAS x (|statistic| + rho / sqrt(N)) + BIAS_FLOOR x rho.
 K_BIAS = 8.0
 #: Floor of the offset and gain tests in units of rho: internal roundings of a real kernel (a rounded constant,
@@ -237,12 +241,12 @@ def ensemble_allowance(dtype: str, golden: np.ndarray, stats: ArithmeticStats | 
     groups = st.groups or ("all",) * 4
     detail = {"arithmetic": key, "dtype": dtype, "source": source, "n": n, "elements": st.n, "scale": scale,
               "k": k, "floor": floor, "max_statistic": float(st.max_abs), "rho": rho, "rms_statistic": st.rms_rel,
-              "k_rms": w * K_RMS, "offset_statistic": st.offset, "gain_statistic": st.gain, "k_bias": w * K_BIAS,
+              "k_rms": w * K_RMS[key], "offset_statistic": st.offset, "gain_statistic": st.gain, "k_bias": w * K_BIAS,
               "offset_reference": abs(st.offset) + noise + BIAS_FLOOR * rho / K_BIAS,
               "gain_reference": abs(st.gain) + noise + BIAS_FLOOR * rho / K_BIAS,
               "groups": {"max": groups[0], "rms": groups[1], "offset": groups[2], "gain": groups[3]},
               "widest_rho": None if gross is None else gross / (w * K_GROSS), "k_gross": w * K_GROSS}
-    rms = w * K_RMS * rho
+    rms = w * K_RMS[key] * rho
     offset = w * K_BIAS * detail["offset_reference"]
     gain = w * K_BIAS * detail["gain_reference"]
     if scale > 0 and (rms > MAX_ALLOWANCE_FRACTION or atol > MAX_ABS_FRACTION * scale):
