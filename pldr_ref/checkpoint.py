@@ -120,7 +120,11 @@ def read_safetensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         if kind not in SAFETENSORS_DTYPES:
             raise ValueError(f"{where}: tensor {name!r} has dtype {kind}, which is not supported (supported: "
                              f"{', '.join(sorted(SAFETENSORS_DTYPES))})")
-        arr = np.frombuffer(entry["data"], dtype=SAFETENSORS_DTYPES[kind]).reshape(entry["shape"])
+        try:
+            arr = np.frombuffer(entry["data"], dtype=SAFETENSORS_DTYPES[kind]).reshape(entry["shape"])
+        except ValueError as exc:  # an empty tensor whose other dimensions multiply beyond NumPy's index range
+            raise ValueError(f"{where}: tensor {name!r} of shape {entry['shape']} cannot be held by NumPy ({exc})"
+                             ) from None
         out[name] = widen_half(arr, kind) if kind in ("F16", "BF16") else arr
     return out
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
@@ -122,9 +122,30 @@ class Tracer:
             if name in self.captures:
                 self.captures[name].append(dict(frame.f_locals))
 
+    def _hook(self) -> Callable[[FrameType, str, Any], None]:
+        """The profile function installed by :meth:`__enter__`: :meth:`__call__`'s events, with the code -> name
+        cache read first (the hook runs on every call and return of every Python and C function while installed,
+        so a plain function with a cache hit on the hot path keeps the traced run close to the untraced one)."""
+        names, lookup, called, captures = self._names, self._name, self.called, self.captures
+
+        def hook(frame: FrameType, event: str, arg: Any) -> None:
+            if event == "call":
+                code = frame.f_code
+                name = names[code] if code in names and code not in ALIASES else lookup(code)
+                if name is not None:
+                    called.add(name)
+                    if not self.targets or name in self.targets:
+                        self.hits += 1
+            elif event == "return" and captures:
+                name = lookup(frame.f_code)
+                if name in captures:
+                    captures[name].append(dict(frame.f_locals))
+
+        return hook
+
     def __enter__(self) -> Tracer:
         self._previous = sys.getprofile()
-        sys.setprofile(self)
+        sys.setprofile(self._hook())
         _STACK.append(self)
         return self
 

@@ -13,9 +13,17 @@ from proofs_check.report import run_all
 PROFILE = "thorough" if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else "ci"
 
 
-@functools.lru_cache(maxsize=2)
 def registry_outcomes(profile: str = PROFILE) -> tuple[Outcome, ...]:
-    """Every check run once (with its control) under ``profile``."""
+    """Every check run once (with its control) under ``profile``.
+
+    The cache is keyed on the profile name itself: ``registry_outcomes()`` and ``registry_outcomes("ci")`` share
+    one run (an ``lru_cache`` on this function would key them apart and run the registry twice).
+    """
+    return _outcomes(profile)
+
+
+@functools.lru_cache(maxsize=2)
+def _outcomes(profile: str) -> tuple[Outcome, ...]:
     return tuple(run_all(all_checks(), profile))
 
 

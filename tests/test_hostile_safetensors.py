@@ -25,8 +25,12 @@ from hypothesis import strategies as st
 from pldr_ref.checkpoint import SAFETENSORS_DTYPES, read_safetensors
 from pldr_ref.fixtures.format import load_tensors
 
-#: Headers per fuzz run, by hypothesis profile (tests/conftest.py).
-FUZZ_EXAMPLES = {"ci": 2000, "thorough": 20000}[os.environ.get("HYPOTHESIS_PROFILE", "ci")]
+#: Headers per fuzz run, by hypothesis profile (tests/conftest.py): the default run's fuzz and the slow one's.  In a
+#: tally of this strategy 400 headers met each outcome 2000 met (accepted by both, refused by both, a dtype the
+#: project does not read) but one: an empty tensor NumPy cannot hold, which a unit test below keeps in the default run.
+_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+FUZZ_EXAMPLES = {"ci": 400, "thorough": 20000}[_PROFILE]
+FUZZ_EXAMPLES_SLOW = {"ci": 2000, "thorough": 20000}[_PROFILE]
 
 ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "U8": 1, "BOOL": 1}
 
@@ -52,6 +56,34 @@ def project_reads(path: Path) -> dict[str, np.ndarray] | None:
     except ValueError as exc:
         assert str(path) in str(exc), f"error does not name the file: {exc}"
         return None
+
+
+def numpy_holds(shape: list[int], kind: str) -> bool:
+    """Whether NumPy can make an array of ``shape`` and dtype ``kind`` (an empty tensor's other dimensions may
+    multiply beyond its index range: safetensors reads [0, 2^40, 2^40], NumPy cannot hold it).  A non-empty tensor
+    the official package reads has its bytes in the file, so NumPy holds it."""
+    if 0 not in shape:
+        return True
+    try:
+        np.empty(shape, dtype=f"V{ITEMSIZE[kind]}")  # empty: allocates nothing
+    except ValueError:
+        return False
+    return True
+
+
+def test_empty_tensor_beyond_numpy_index_range_is_one_error_naming_the_file(tmp_path: Path) -> None:
+    """safetensors reads an empty F64 tensor of shape [0, 2^40, 2^40]; NumPy cannot hold it: one ValueError
+    naming the file (found by the fuzz below), while [0, 2^20, 2^20] is read as an empty array."""
+    for dims, held in (([0, 2**40, 2**40], False), ([0, 2**20, 2**20], True)):
+        header = json.dumps({"t": {"dtype": "F64", "shape": dims, "data_offsets": [0, 0]}}).encode()
+        data = struct.pack("<Q", len(header)) + header
+        assert official_accepts(data) and numpy_holds(dims, "F64") is held
+        path = tmp_path / "empty.safetensors"
+        path.write_bytes(data)
+        got = project_reads(path)
+        assert (got is not None) is held
+        if held:
+            assert got["t"].shape == tuple(dims)
 
 
 def official_arrays(data: bytes) -> dict[str, np.ndarray]:
@@ -224,13 +256,30 @@ def headers(draw: st.DrawFn) -> bytes:
 @given(data=headers())
 def test_fuzz_accepts_exactly_what_the_official_package_accepts(tmp_path_factory: pytest.TempPathFactory,
                                                                data: bytes) -> None:
+    _accepts_exactly_what_the_official_package_accepts(tmp_path_factory, data)
+
+
+@pytest.mark.slow
+@settings(max_examples=FUZZ_EXAMPLES_SLOW, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=headers())
+def test_fuzz_accepts_exactly_what_the_official_package_accepts_longer(tmp_path_factory: pytest.TempPathFactory,
+                                                                      data: bytes) -> None:
+    _accepts_exactly_what_the_official_package_accepts(tmp_path_factory, data)
+
+
+def _accepts_exactly_what_the_official_package_accepts(tmp_path_factory: pytest.TempPathFactory, data: bytes) -> None:
+    """The project reads ``data`` exactly when the official package does (and the same arrays), or refuses it with a
+    ValueError naming the file; a file the official package reads is refused only for a dtype the project does
+    not read."""
     path = tmp_path_factory.getbasetemp() / "fuzz.safetensors"
     path.write_bytes(data)
     official = official_accepts(data)
     ours = project_reads(path)
     if official and ours is None:
-        kinds = {entry["dtype"] for _, entry in safetensors.deserialize(data)}
-        assert kinds - set(SAFETENSORS_DTYPES), "refused a file the official package reads, with supported dtypes"
+        entries = safetensors.deserialize(data)
+        kinds = {entry["dtype"] for _, entry in entries}
+        assert kinds - set(SAFETENSORS_DTYPES) or not all(numpy_holds(e["shape"], e["dtype"]) for _, e in entries), \
+            "refused a file the official package reads, with supported dtypes and shapes"
         return
     assert (ours is not None) == official, "accepted a file the official package refuses"
     if ours is not None:
