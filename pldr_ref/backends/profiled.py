@@ -29,10 +29,11 @@ class ProfiledBackend:
     """``inner`` declaring the switch values of ``profile`` (see the module docstring).
 
     For an HF profile the declared RoPE arithmetic is that of either pairing (HF reads ``reference_rope`` from the
-    model config).  A fully masked query row is where ``masked_row`` acts; the inner float32 backends give the
-    softmax of what the mask leaves (zeros under the ideal mask), so a case with such a row whose ``masked_row``
-    asks for something else (``nan``: HF eager's NaN rows, ``uniform``) is reported unsupported at run time, never
-    misjudged."""
+    model config).  A fully masked query row is where ``masked_row`` acts: an inner backend that lists the values
+    it implements (``MASKED_ROWS``, e.g. numpy32: zeros, 1/T or NaN forced as the reference does) runs every case;
+    any other gives the softmax of what the mask leaves (zeros under the ideal mask), so a case with such a row
+    whose ``masked_row`` asks for something else (``nan``: HF eager's NaN rows, ``uniform``) is reported
+    unsupported at run time, never misjudged."""
 
     def __init__(self, inner: Any, profile: str) -> None:
         self.inner = inner
@@ -53,12 +54,18 @@ class ProfiledBackend:
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         """The inner backend's run; token padding off when the profile pads from the attention mask only."""
         c = case.config
-        if c is not None and c.masked_row not in natural_masked_rows(c) and has_fully_masked_row(case):
+        if c is not None and c.masked_row not in inner_masked_rows(self.inner, c) and has_fully_masked_row(case):
             raise Unsupported(f"{self.inner.name} gives a fully masked row the softmax of its masked scores, not "
                               f"masked_row={c.masked_row!r}")
         if c is not None and c.pad_source == "attention_mask":
             case = dataclasses.replace(case, args={"pad_masking": False, **dict(case.args)})
         return self.inner.run_case(case, dtype)
+
+
+def inner_masked_rows(inner: Any, config: Any) -> tuple[str, ...]:
+    """The ``masked_row`` values ``inner`` gives a fully masked row: its ``MASKED_ROWS`` attribute (the values it
+    implements) when it has one, else :func:`natural_masked_rows`."""
+    return tuple(getattr(inner, "MASKED_ROWS", ())) or natural_masked_rows(config)
 
 
 def natural_masked_rows(config: Any) -> tuple[str, ...]:
