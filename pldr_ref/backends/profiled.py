@@ -47,9 +47,11 @@ class ProfiledBackend:
         self.name = f"{inner.name}@{profile}"
 
     def capabilities(self) -> Capabilities:
-        """The inner capabilities with the profile's value of every switch the profile sets."""
+        """The inner capabilities with the profile's value of every switch the profile sets, and no isolated
+        stage: the inner backend's ``run_stage`` computes at its own switch values (the torch backend's stages
+        mask padding ids, for one), so a profiled backend is judged end to end."""
         caps = self.inner.capabilities()
-        return dataclasses.replace(caps, switches={**caps.switches, **self.values})
+        return dataclasses.replace(caps, switches={**caps.switches, **self.values}, stages=())
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         """The inner backend's run; token padding off when the profile pads from the attention mask only."""
