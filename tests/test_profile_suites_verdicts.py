@@ -217,3 +217,10 @@ def test_a_profiled_backend_is_judged_end_to_end():
 
     assert Staged().capabilities().stages  # the control: the inner backend declares stages
     assert ProfiledBackend(Staged(), "hf-sdpa").capabilities().stages == ()
+
+
+def test_the_torch_backend_configured_to_a_profile_runs_its_16_bit_dtypes():
+    from pldr_ref.backends.profiled import torch_profile
+
+    caps = torch_profile("hf-sdpa").capabilities()
+    assert "bfloat16" in caps.dtypes and caps.stages == () and caps.switches["pad_source"] == ("attention_mask",)

@@ -100,8 +100,6 @@ def numpy32_pt_v510_float32() -> ProfiledBackend:
     return numpy32_profile("pt-v510-float32")
 
 
-
-
 def numpy32_profile_pt_v510_float32() -> ProfiledBackend:
     """numpy32 declaring ``pt-v510-float32``."""
     return numpy32_profile("pt-v510-float32")
@@ -127,6 +125,41 @@ def numpy32_profile_hf_eager() -> ProfiledBackend:
     return numpy32_profile("hf-eager")
 
 
+def torch_profile(profile: str) -> ProfiledBackend:
+    """The bundled torch backend declaring ``profile`` (its 16-bit runs: in bfloat16 the float32-versus-float64
+    arithmetic of the emulation switches is far below the storage rounding; token padding follows the profile,
+    a fully masked row it cannot give is unsupported, no isolated stage)."""
+    from pldr_ref.backends.torch_backend import TorchBackend
+
+    return ProfiledBackend(TorchBackend(), profile)
+
+
+def torch_profile_pt_v510_float32() -> ProfiledBackend:
+    """torch declaring ``pt-v510-float32``."""
+    return torch_profile("pt-v510-float32")
+
+
+def torch_profile_tf_v500() -> ProfiledBackend:
+    """torch declaring ``tf-v500``."""
+    return torch_profile("tf-v500")
+
+
+def torch_profile_tf_v900() -> ProfiledBackend:
+    """torch declaring ``tf-v900``."""
+    return torch_profile("tf-v900")
+
+
+def torch_profile_hf_sdpa() -> ProfiledBackend:
+    """torch declaring ``hf-sdpa``."""
+    return torch_profile("hf-sdpa")
+
+
+def torch_profile_hf_eager() -> ProfiledBackend:
+    """torch declaring ``hf-eager``."""
+    return torch_profile("hf-eager")
+
+
 __all__ = ["ProfiledBackend", "numpy32_profile", "numpy32_profile_hf_eager", "numpy32_profile_hf_sdpa",
            "numpy32_profile_pt_v510_float32", "numpy32_profile_tf_v500", "numpy32_profile_tf_v900",
-           "numpy32_pt_v510_float32"]
+           "numpy32_pt_v510_float32", "torch_profile", "torch_profile_hf_eager", "torch_profile_hf_sdpa",
+           "torch_profile_pt_v510_float32", "torch_profile_tf_v500", "torch_profile_tf_v900"]
