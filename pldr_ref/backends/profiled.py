@@ -8,6 +8,8 @@ switches keep the inner backend's declaration.  A profile whose padding comes on
 (``pad_source="attention_mask"``, the HF profiles) runs its cases with token padding off.  The harness then judges it
 on the templates instantiated at the profile (``pldr-ref validate --profile NAME``), e.g.
 ``pldr-ref validate --backend pldr_ref.backends.profiled:numpy32_pt_v510_float32 --profile pt-v510-float32``.
+``torch_profile_<profile>`` is the bundled torch backend so configured (its bfloat16 and float16 runs).  A profiled
+backend declares no isolated stage: it is judged end to end (docs/backends.md section 12, "Verdicts").
 """
 
 from __future__ import annotations
