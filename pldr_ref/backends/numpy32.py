@@ -70,7 +70,8 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -
 
 
 def rope(x: np.ndarray, positions: np.ndarray, layout: str, precision: str, base: float) -> np.ndarray:
-    """RoPE of x [..., S, d_k] in float32 (table per ``precision``), pairs per ``layout``."""
+    """RoPE of x [B, H, S, d_k] in float32 (table per ``precision``), pairs per ``layout``; ``positions`` [S], or
+    [B, S] per row (HF ``position_ids``)."""
     dk = x.shape[-1]
     if precision == "float32":
         omega = F32(1) / np.power(F32(base), np.arange(0, dk, 2, dtype=F32) / F32(dk))
@@ -78,6 +79,8 @@ def rope(x: np.ndarray, positions: np.ndarray, layout: str, precision: str, base
     else:
         phi = np.asarray(positions, dtype=np.float64)[..., None] * np.power(float(base), -np.arange(0, dk, 2) / dk)
     cos, sin = np.cos(phi).astype(F32), np.sin(phi).astype(F32)
+    if np.ndim(positions) == 2:  # [B, S, d_k/2] -> [B, 1, S, d_k/2]: one table per row, every head
+        cos, sin = cos[:, None], sin[:, None]
     if layout == "interleaved":
         x1, x2 = x[..., 0::2], x[..., 1::2]
     else:
@@ -89,12 +92,29 @@ def rope(x: np.ndarray, positions: np.ndarray, layout: str, precision: str, base
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
-    """Row softmax in float32 with max subtraction; an all -inf row gives zeros."""
+    """Row softmax in float32 with max subtraction; an all -inf row gives zeros, a row holding NaN NaN."""
     m = np.max(logits, axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, F32(0))
     e = np.exp(logits - m)
     z = np.sum(e, axis=-1, keepdims=True, dtype=F32)
-    return np.divide(e, z, out=np.zeros_like(e), where=z > 0)
+    return np.divide(e, z, out=np.zeros_like(e), where=z != 0)
+
+
+#: The ``masked_row`` values this backend implements for a query row whose every key is masked (as the reference's
+#: :func:`pldr_ref.attention.attention_weights`: what the arithmetic gives, or zeros, 1/T or NaN forced).
+MASKED_ROWS = ("arithmetic", "zeros", "uniform", "nan")
+
+
+def masked_rows(e: np.ndarray, mask: np.ndarray | None, masked_row: str) -> np.ndarray:
+    """``e`` [B, H, S, T] with every fully masked query row (``mask`` all True) set as ``masked_row`` says:
+    ``arithmetic`` keeps it, ``zeros`` 0, ``uniform`` 1/T, ``nan`` NaN."""
+    if masked_row not in MASKED_ROWS:
+        raise Unsupported(f"numpy32 does not implement masked_row={masked_row!r}")
+    if masked_row == "arithmetic" or mask is None:
+        return e
+    dead = np.all(mask, axis=-1, keepdims=True)
+    fill = {"zeros": F32(0), "uniform": F32(1.0 / e.shape[-1]), "nan": F32(np.nan)}[masked_row]
+    return np.where(dead, fill, e).astype(F32) if dead.any() else e
 
 
 def _per_head(t: np.ndarray, like: np.ndarray) -> np.ndarray:
@@ -105,6 +125,8 @@ class Numpy32Backend:
     """float32 NumPy backend (see module docstring)."""
 
     name = "numpy32"
+    #: the ``masked_row`` values it implements (:func:`masked_rows`)
+    MASKED_ROWS = MASKED_ROWS
 
     def __init__(self) -> None:
         self._cache: dict[int, tuple[Params, dict[str, np.ndarray]]] = {}
@@ -112,7 +134,7 @@ class Numpy32Backend:
     def capabilities(self) -> Capabilities:
         """float32; forward and decoder_layer cases; KV/G hooks of layer cases; no isolated stages."""
         return Capabilities(dtypes=("float32",), kinds=KINDS, caches=("kv", "g"),
-                            switches=declared_switches("numpy32"))
+                            switches=declared_switches("numpy32"), position_ids=True)
 
     def params(self, params: Params) -> dict[str, np.ndarray]:
         """Every parameter rounded to float32 (cached per Params object)."""
@@ -133,7 +155,8 @@ class Numpy32Backend:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             if case.kind == "forward":
                 out = self.forward(P, c, inp["token_ids"], int(case.args.get("start_pos", 0)),
-                                   inp.get("attention_mask"), bool(case.args.get("pad_masking", True)))
+                                   inp.get("attention_mask"), bool(case.args.get("pad_masking", True)),
+                                   inp.get("position_ids"))
             elif case.kind == "decoder_layer":
                 li = int(case.args["layer"])
 
@@ -199,7 +222,7 @@ class Numpy32Backend:
             else:
                 const = F32(np.finfo(F32).min) if c.mask_mode == "finfo_min" else F32(c.mask_value)
                 logits = np.where(mask, scores + const, scores)
-        e = softmax(logits)
+        e = masked_rows(softmax(logits), mask, c.masked_row)
         ctx = np.matmul(e, v).transpose(0, 2, 1, 3).reshape(b, s, h * dk)
         attn_out = linear(ctx, P[f"{m}dense.weight"], P.get(f"{m}dense.bias"))
         out1 = layer_norm(attn_out + x, P[f"{pre}layernorm1.weight"], P[f"{pre}layernorm1.bias"], c.eps_ln)
@@ -227,8 +250,10 @@ class Numpy32Backend:
         return a
 
     def forward(self, P: Mapping[str, np.ndarray], c: Any, token_ids: np.ndarray, start_pos: int,
-                attention_mask: np.ndarray | None, pad_masking: bool) -> dict[str, np.ndarray]:
-        """Full forward trace in float32 with the golden names."""
+                attention_mask: np.ndarray | None, pad_masking: bool,
+                position_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Full forward trace in float32 with the golden names; ``position_ids`` [B, S] (HF) replaces the RoPE
+        positions per row (the causal mask follows the sequence index)."""
         ids = np.asarray(token_ids)
         s = ids.shape[1]
         positions = np.arange(start_pos, start_pos + s)
@@ -242,7 +267,7 @@ class Numpy32Backend:
         x = layer_norm(emb, P["decoder.layernorm1.weight"], P["decoder.layernorm1.bias"], c.eps_ln)
         out = {"embed": emb, "x0": x}
         for li in range(c.num_layers):
-            t = self.layer(P, c, li, x, positions, mask)
+            t = self.layer(P, c, li, x, positions if position_ids is None else np.asarray(position_ids), mask)
             out.update({f"layers.{li}.{k}": v for k, v in t.items()})
             x = t["out2"]
         out["logits"] = linear(x, P["final_layer.weight"], P.get("final_layer.bias"))
