@@ -71,6 +71,10 @@ def test_a_config_target_shares_one_seed_and_leaves_out_the_switch_templates():
         made[t.name] = got
     specs = [s for s in made.values() if not isinstance(s, str)]
     assert specs and {s.params_seed for s in specs} == {CONFIG_PARAMS_SEED}
+    assert made["model/tiny_padded_exact"].baselines  # a small model keeps its naive baselines ...
+    big = instantiate(next(t for t in all_templates() if t.name == "model/tiny_padded_exact"),
+                      Target(config=PLDRConfig.preset("v510-110m")), max_seq_len=64)
+    assert big.params_seed == CONFIG_PARAMS_SEED and not big.baselines  # ... a 110 M-parameter one does not
     assert "switch template" in made["model/switch_score_scale_float32"]
     assert not isinstance(made["model/tiny_padded_exact"], str)
     # negative control: a profile target keeps each template's own seed and its switch templates
