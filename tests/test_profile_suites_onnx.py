@@ -4,7 +4,9 @@ Both are in the slow run (``python -m pytest -m slow``; the first takes about 15
 export of a small config with a vocabulary and width no committed case has (so the committed suite gives it no
 verdict) judged on the long-position template at that config (``--own-config``), and the ``v510-110m`` export
 judged in float32 and float16 on at least 10 forward cases of up to 64 positions, positions reaching
-``max_seq_len`` (long-position RoPE).  Needs the [onnx] extra (skips without it, fails under
+``max_seq_len`` (long-position RoPE).  Each has a negative control: the same export with every RoPE frequency 1e-3
+off fails the long-position cases of the same (cached) suite.  The ``v510-110m`` one is far longer than the other
+(its calibration: ``docs/backends.md`` section 12).  Needs the [onnx] extra (skips without it, fails under
 PLDR_REF_REQUIRE_ENGINES=1).
 """
 
