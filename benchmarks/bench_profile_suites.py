@@ -9,7 +9,8 @@ empty cache, then the cached re-run (the cache entry checked against its key and
 Goals: a tiny-config profile suite <= 300 s first use and <= 30 s cached; the v510-110m ONNX suite <= 600 s first
 use.  Usage::
 
-    python benchmarks/bench_profile_suites.py [--profile NAME ...] [--v510-case] [--onnx] [--markdown]
+    python benchmarks/bench_profile_suites.py [--profile NAME ... | --no-profiles] [--v510-case]
+                                              [--v510-suite [--calibrate-one DTYPE]] [--onnx] [--markdown]
 
 Prints one line per measurement (seconds, goal, within / OVER) and, with ``--markdown``, the table of
 ``docs/backends.md``.  Timings on a shared machine are inflated: say so when quoting them.
@@ -111,23 +112,66 @@ def measure_v510_case() -> list[tuple[str, float, float | None, str]]:
             ("v510-110m config suite: one forward case of 2 x 8 tokens", time.perf_counter() - t0, None, "")]
 
 
+def measure_v510_suite(workdir: Path, calibrate: tuple[str, ...] = ()) -> list[tuple[str, float, float | None, str]]:
+    """Rows of the generation of the ``v510-110m`` forward suite (what ``validate --onnx F --own-config`` builds
+    first: every forward template at the config, up to 64 positions), case by case in one process, and of the
+    calibration of its first case in each dtype of ``calibrate`` (the ensemble's members on that case)."""
+    from pldr_ref.config import PLDRConfig
+    from pldr_ref.fixtures.profile_suite import SUITE_FOLDER, instances, select_templates, write_suite
+    from pldr_ref.fixtures.templates import Target
+
+    config = PLDRConfig.preset("v510-110m")
+    specs, _ = instances(select_templates(None, ("forward",)), Target(config=config), 64)
+    out = workdir / "v510-suite"
+    (out / SUITE_FOLDER).parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    times = []
+    for spec in specs:
+        t1 = time.perf_counter()
+        failed = write_suite([spec], out / spec.name.replace("/", "__") / SUITE_FOLDER, "bench")
+        times.append(time.perf_counter() - t1)
+        print(f"{times[-1]:8.1f} s  {spec.name}{' FAILED ' + str(failed) if failed else ''}", flush=True)
+    total = time.perf_counter() - t0
+    rows = [(f"v510-110m forward suite ({len(specs)} cases): generation (golden values, tolerances, baselines)",
+             total, None, f"first case {times[0]:.0f} s, the others {sum(times[1:]) / max(1, len(times) - 1):.0f} s "
+                          "each on average")]
+    if calibrate:
+        from pldr_ref.harness.profile_suites import calibrate_entry
+
+        first = out / specs[0].name.replace("/", "__")
+        for dtype in calibrate:
+            t1 = time.perf_counter()
+            calibrate_entry(first, (dtype,))
+            rows.append((f"v510-110m: calibration of {specs[0].name} in {dtype} (every member of the ensemble)",
+                         time.perf_counter() - t1, None, ""))
+            print(f"{rows[-1][1]:8.1f} s  {rows[-1][0]}", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", action="append", choices=PROFILES, help="profiles to measure (default: all)")
+    p.add_argument("--no-profiles", action="store_true", help="measure none of the profile suites")
     p.add_argument("--onnx", action="store_true", help="also the v510-110m ONNX export on its own config")
     p.add_argument("--onnx-dtype", action="append", choices=("float32", "float16"), help="default: both")
     p.add_argument("--v510-case", action="store_true",
                    help="also one instance of the v510-110m config suite (parameters; the whole case)")
+    p.add_argument("--v510-suite", action="store_true",
+                   help="also the generation of the whole v510-110m forward suite, case by case")
+    p.add_argument("--calibrate-one", action="append", choices=("float32", "bfloat16", "float16"),
+                   help="with --v510-suite: also calibrate its first case in this dtype")
     p.add_argument("--markdown", action="store_true", help="print the docs table")
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-profile-suites-") as tmp:
-        for profile in args.profile or PROFILES:
+        for profile in () if args.no_profiles else (args.profile or PROFILES):
             rows += measure_profile(profile, Path(tmp) / "cache" / profile)
             print(*(f"{r[1]:8.1f} s  {r[0]}  {r[3]}" for r in rows[-2:]), sep="\n", flush=True)
         if args.v510_case:
             rows += measure_v510_case()
             print(*(f"{r[1]:8.1f} s  {r[0]}" for r in rows[-2:]), sep="\n", flush=True)
+        if args.v510_suite:
+            rows += measure_v510_suite(Path(tmp), tuple(args.calibrate_one or ()))
         if args.onnx:
             for dtype in args.onnx_dtype or ("float32", "float16"):
                 rows += measure_onnx(dtype, Path(tmp) / "cache" / f"onnx-{dtype}", Path(tmp))

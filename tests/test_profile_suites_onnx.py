@@ -4,7 +4,9 @@ Both are in the slow run (``python -m pytest -m slow``; the first takes about 15
 export of a small config with a vocabulary and width no committed case has (so the committed suite gives it no
 verdict) judged on the long-position template at that config (``--own-config``), and the ``v510-110m`` export
 judged in float32 and float16 on at least 10 forward cases of up to 64 positions, positions reaching
-``max_seq_len`` (long-position RoPE).  Needs the [onnx] extra (skips without it, fails under
+``max_seq_len`` (long-position RoPE).  Each has a negative control: the same export with every RoPE frequency 1e-3
+off fails the long-position cases of the same (cached) suite.  The ``v510-110m`` one is far longer than the other
+(its calibration: ``docs/backends.md`` section 12).  Needs the [onnx] extra (skips without it, fails under
 PLDR_REF_REQUIRE_ENGINES=1).
 """
 
@@ -32,8 +34,27 @@ from pldr_ref.params import init_params  # noqa: E402
 OWN = PLDRConfig.preset("tiny", vocab_size=48, num_heads=3, max_seq_len=32)
 
 
-def export(config: PLDRConfig, dtype: str, path) -> OnnxFileBackend:
-    onnx.save(export_model(config, init_params(config, seed=0), dtype), str(path))
+#: Relative error of the RoPE frequencies of the wrong export (the negative control; issue 28's size).
+FREQUENCY_ERROR = 1e-3
+
+
+def wrong_rope_frequencies(model):
+    """The export with every RoPE frequency constant (``omega*`` initializers) times (1 + FREQUENCY_ERROR)."""
+    from onnx import numpy_helper
+
+    hit = 0
+    for t in model.graph.initializer:
+        if t.name.startswith("omega"):
+            a = numpy_helper.to_array(t)
+            t.CopyFrom(numpy_helper.from_array((a * (1.0 + FREQUENCY_ERROR)).astype(a.dtype), t.name))
+            hit += 1
+    assert hit, "no RoPE frequency constant in the exported graph"
+    return model
+
+
+def export(config: PLDRConfig, dtype: str, path, rewrite=None) -> OnnxFileBackend:
+    model = export_model(config, init_params(config, seed=0), dtype)
+    onnx.save(model if rewrite is None else rewrite(model), str(path))
     return OnnxFileBackend(str(path))
 
 
@@ -60,6 +81,10 @@ def test_an_onnx_file_is_judged_on_its_own_config(tmp_path):
     assert [(r.case, r.status) for r in results] == [("model/long_positions_s16", "pass")], results[0].reason
     (case,) = cases
     assert case.args["start_pos"] + case.inputs["token_ids"].shape[1] == OWN.max_seq_len
+    # negative control: the same export with RoPE frequencies 1e-3 off fails on the same (cached) suite
+    wrong = export(OWN, "float32", tmp_path / "wrong.onnx", wrong_rope_frequencies)
+    results, _ = own_config_results(wrong, tmp_path / "cache", "float32", ("model/long_positions_s16",))
+    assert [r.status for r in results] == ["fail"], results[0].reason
 
 
 @pytest.mark.slow
@@ -74,3 +99,9 @@ def test_the_v510_110m_export_is_judged_on_ten_forward_cases_to_max_seq_len(dtyp
     lengths = [c.inputs["token_ids"].shape[1] for c in cases]
     assert max(lengths) <= 64
     assert max(c.args.get("start_pos", 0) + s for c, s in zip(cases, lengths, strict=True)) == config.max_seq_len
+    # negative control: the export with RoPE frequencies 1e-3 off fails the long-position cases of the same suite
+    wrong = export(config, dtype, tmp_path / "wrong.onnx", wrong_rope_frequencies)
+    long_cases = [c for c in cases if "long-position" in c.meta.get("tags", [])]
+    assert long_cases
+    verdicts = validate(wrong, long_cases, [dtype], isolate=False)
+    assert [r.status for r in verdicts] == ["fail"] * len(long_cases), [(r.case, r.reason) for r in verdicts]

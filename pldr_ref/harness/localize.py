@@ -303,10 +303,15 @@ def storage_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str,
 
 
 def read_only(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Copies of ``arrays`` that cannot be written (what a backend is handed)."""
+    """Copies of ``arrays`` that cannot be written (what a backend is handed).  An array that is already read-only
+    (the tensors of a :class:`pldr_ref.params.Params`) is handed as a read-only view instead of a copy: NumPy
+    refuses to make a view of a read-only array writeable, and a 110 M-parameter set is not copied per case."""
     out = {}
     for k, v in arrays.items():
-        a = np.array(v, copy=True)
+        if isinstance(v, np.ndarray) and not v.flags.writeable and v.base is None:  # owns its (read-only) data
+            a = v.view()
+        else:
+            a = np.array(v, copy=True)
         a.flags.writeable = False
         out[k] = a
     return out
