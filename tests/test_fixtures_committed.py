@@ -74,8 +74,8 @@ def _files(root: Path) -> dict[str, bytes]:
 #: :func:`test_committed_suite_equals_a_fresh_build_in_full`): one or more of every group (op, layer, model, cache,
 #: g_mode, scoring), tier and exact engine (float64; exact by mpmath; exact by arb), parameter storage (none; all;
 #: params scaled), float32-rounding tolerance run, baselines or none, and the switch cases; 1/20 of the full
-#: build's time (11 s against 229 s, one run on a loaded 2-core machine).  Every committed case's inputs and spec-level case.json fields are compared without a build
-#: by :func:`test_every_committed_case_matches_its_spec`.
+#: build's time (11 s against 229 s, one run on a loaded 2-core machine).  Every committed case's inputs and
+#: spec-level case.json fields are compared without a build by :func:`test_every_committed_case_matches_its_spec`.
 FRESH_SUBSET = (
     "op/linear",  # exact (mpmath) op, no parameters; the negative control edits it
     "op/causal_padding_mask",  # float64-tier op
