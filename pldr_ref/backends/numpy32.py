@@ -19,7 +19,7 @@ from pldr_ref.harness.protocol import Capabilities, Unsupported
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import FIXED_G_KEY, Params
 from pldr_ref.registry import ALL_STAGES, op_kinds
-from pldr_ref.switches import declared_switches
+from pldr_ref.switches import declared_switches, switch
 
 F32 = np.float32
 
@@ -102,7 +102,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 #: The ``masked_row`` values this backend implements for a query row whose every key is masked (as the reference's
 #: :func:`pldr_ref.attention.attention_weights`: what the arithmetic gives, or zeros, 1/T or NaN forced).
-MASKED_ROWS = ("arithmetic", "zeros", "uniform", "nan")
+MASKED_ROWS = switch("masked_row").concrete
 
 
 def masked_rows(e: np.ndarray, mask: np.ndarray | None, masked_row: str) -> np.ndarray:
