@@ -44,3 +44,20 @@ def require(extra: str) -> Any:
         pytest.fail(f"{REQUIRE_ENV}=1 but {reason}", pytrace=False)
     pytest.skip(reason, allow_module_level=True)
     return False
+
+
+def scaled_rope_frequencies(rel: float):
+    """An ONNX rewrite (a negative control of the long-position cases): every RoPE frequency constant (the
+    ``omega*`` initializers) of the exported graph times (1 + rel); fails if the graph has none."""
+    def rewrite(model):
+        from onnx import numpy_helper
+
+        hit = 0
+        for t in model.graph.initializer:
+            if t.name.startswith("omega"):
+                a = numpy_helper.to_array(t)
+                t.CopyFrom(numpy_helper.from_array((a * (1.0 + rel)).astype(a.dtype), t.name))
+                hit += 1
+        assert hit, "no RoPE frequency constant in the exported graph"
+        return model
+    return rewrite

@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 import pytest
+from engine_support import scaled_rope_frequencies
 
 from pldr_ref.config import PLDRConfig
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
@@ -61,22 +62,6 @@ def test_long_position_cases_end_at_max_seq_len_and_every_engine_runs_them():
     assert {s.config.rope_precision for s in specs} == {"exact", "float32"}
 
 
-def _frequency_error(rel: float):
-    """An ONNX rewrite: every RoPE frequency constant (``omega``) of the exported graph times (1 + rel)."""
-    def rewrite(model):
-        from onnx import numpy_helper
-
-        hit = 0
-        for t in model.graph.initializer:
-            if t.name.startswith("omega"):
-                a = numpy_helper.to_array(t)
-                t.CopyFrom(numpy_helper.from_array((a * (1.0 + rel)).astype(a.dtype), t.name))
-                hit += 1
-        assert hit, "no RoPE frequency constant in the exported graph"
-        return model
-    return rewrite
-
-
 def _onnx_export(rewrite=None):
     pytest.importorskip("onnx", reason="the ONNX export needs the onnx extra")
     pytest.importorskip("onnxruntime", reason="the ONNX backend needs onnxruntime")
@@ -89,7 +74,7 @@ def _judge_rope_error(name: str, dtype: str) -> None:
     case = _case(name)
     right = validate_case(_onnx_export(), case, dtype, isolate=False)
     assert right.status == "pass", (name, dtype, right.reason)
-    wrong = validate_case(_onnx_export(_frequency_error(FREQUENCY_ERROR)), case, dtype, isolate=False)
+    wrong = validate_case(_onnx_export(scaled_rope_frequencies(FREQUENCY_ERROR)), case, dtype, isolate=False)
     assert wrong.status == "fail", (name, dtype, wrong.reason)
     assert wrong.first_failure["stage"] == "rope", wrong.first_failure
 

@@ -13,7 +13,7 @@ PLDR_REF_REQUIRE_ENGINES=1).
 from __future__ import annotations
 
 import pytest
-from engine_support import require
+from engine_support import require, scaled_rope_frequencies
 
 require("onnx")
 
@@ -38,18 +38,8 @@ OWN = PLDRConfig.preset("tiny", vocab_size=48, num_heads=3, max_seq_len=32)
 FREQUENCY_ERROR = 1e-3
 
 
-def wrong_rope_frequencies(model):
-    """The export with every RoPE frequency constant (``omega*`` initializers) times (1 + FREQUENCY_ERROR)."""
-    from onnx import numpy_helper
-
-    hit = 0
-    for t in model.graph.initializer:
-        if t.name.startswith("omega"):
-            a = numpy_helper.to_array(t)
-            t.CopyFrom(numpy_helper.from_array((a * (1.0 + FREQUENCY_ERROR)).astype(a.dtype), t.name))
-            hit += 1
-    assert hit, "no RoPE frequency constant in the exported graph"
-    return model
+#: The export with every RoPE frequency constant times (1 + FREQUENCY_ERROR).
+wrong_rope_frequencies = scaled_rope_frequencies(FREQUENCY_ERROR)
 
 
 def export(config: PLDRConfig, dtype: str, path, rewrite=None) -> OnnxFileBackend:
