@@ -183,6 +183,24 @@ def test_numpy32_takes_per_row_position_ids():
     assert np.linalg.norm(plain - ref) > 1e-3 * np.linalg.norm(ref)
 
 
+def test_numpy32_follows_the_configs_pad_source():
+    """``pad_source='attention_mask'`` without an attention mask masks no key (an id equal to pad_id included), as
+    the reference does: numpy32's run of the committed case matches its golden logits; forcing pad-id masking
+    (negative control) is another function."""
+    from pldr_ref.backends.numpy32 import Numpy32Backend
+    from pldr_ref.fixtures.case import load_case
+
+    case = load_case(DEFAULT_GOLDEN_DIR / "model/switch_pad_source_attention_mask")
+    assert case.config.pad_source == "attention_mask" and "attention_mask" not in case.inputs
+    assert (case.inputs["token_ids"] == case.config.pad_id).any()
+    ref = np.asarray(case.outputs["logits"])
+    got = Numpy32Backend().run_case(case, "float32")["logits"]
+    assert np.linalg.norm(got - ref) < 1e-5 * np.linalg.norm(ref)
+    forced = Numpy32Backend().run_case(dataclasses.replace(case, args={**case.args, "pad_masking": True}),
+                                       "float32")["logits"]
+    assert np.linalg.norm(forced - ref) > 1e-3 * np.linalg.norm(ref)
+
+
 @pytest.mark.parametrize("masked_row", ["arithmetic", "zeros", "uniform", "nan"])
 def test_numpy32_gives_a_fully_masked_row_what_masked_row_says(masked_row):
     """numpy32's attention weights of a fully masked row are the reference's (``attention_weights``)."""

@@ -17,6 +17,7 @@ import numpy as np
 
 from pldr_ref.harness.protocol import Capabilities, Unsupported
 from pldr_ref.layer import LAYER_STAGES
+from pldr_ref.model import resolve_pad_masking
 from pldr_ref.params import FIXED_G_KEY, Params
 from pldr_ref.registry import ALL_STAGES, op_kinds
 from pldr_ref.switches import declared_switches, switch
@@ -155,7 +156,7 @@ class Numpy32Backend:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             if case.kind == "forward":
                 out = self.forward(P, c, inp["token_ids"], int(case.args.get("start_pos", 0)),
-                                   inp.get("attention_mask"), bool(case.args.get("pad_masking", True)),
+                                   inp.get("attention_mask"), resolve_pad_masking(c, case.args.get("pad_masking")),
                                    inp.get("position_ids"))
             elif case.kind == "decoder_layer":
                 li = int(case.args["layer"])
