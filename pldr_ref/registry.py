@@ -13,6 +13,14 @@ runner table ``pldr_ref.fixtures.runners.RUNNERS`` (by runner name) and the exac
 ``pldr_ref.fixtures.exact_tier.EXACT_RUNNERS`` (exact op called with the registry's inputs and arguments);
 ``exact.op_api.OPS`` is checked against it (``tests/test_harness_registry.py``).  Adding a stage or an op is
 one entry here plus its functions.
+
+The data flow is declared here too, per output (:class:`Output`): its layout, how its rows depend on the layer's
+input rows, the cache input that freezes it in a layer case, the cache entry a cached generation keeps it in, and
+the depth loop's chaining (:data:`DEPTH_LOOP`).  The harness derives its tables from these facts and spells no
+trace name: the stage plan and the frozen / key-axis outputs of :mod:`pldr_ref.harness.localize`, the layouts and
+row dependence of :mod:`pldr_ref.harness.representable`, the caches, Gram chain and model-level chain of
+:mod:`pldr_ref.harness.unresolved_upstream`, the output order of :func:`pldr_ref.harness.validate.trace_sort_key`
+(``tests/test_registry_data_flow.py`` greps them).
 """
 
 from __future__ import annotations
@@ -34,13 +42,86 @@ from pldr_ref.switches import switch
 #: Parameters of a stage body filled by role, not from the inputs: the model's parameters, this layer's, the config.
 BODY_ROLES = ("params", "lp", "config")
 
+#: Layout [B, S, ...]: batch, row (the layer's residual stream; a model-level output's rows are the model's rows).
+ROW = "row"
+#: Layout [B, H, S, ...]: batch, head, the call's new rows.
+HEAD_ROW = "head_row"
+#: Layout [B, H, T, ...]: batch, head, every key the call attends to (T = cached + new; cached ones first).
+HEAD_KEY = "head_key"
+#: Layout of the Gram chain: [B, H, d_k, d_k] (global Gram), [B, H, S, d_k, d_k] (cumulative Gram: one per row).
+GRAM = "gram"
+#: Every layout.
+LAYOUTS = (ROW, HEAD_ROW, HEAD_KEY, GRAM)
+
+#: Row dependence: row i (key row j of a ``HEAD_KEY`` output) is computed from row i (j) of the layer's input only.
+ROWS_OWN = "own"
+#: Row dependence: computed from the Gram of the sample's rows -- every row (global Gram), the rows up to i
+#: (cumulative Gram).
+ROWS_GRAM = "gram"
+#: Row dependence: row i is computed from input row i, the Gram and every key row, masked or not (the scores).
+ROWS_KEYS = "keys"
+#: Row dependence: row i is computed from input row i, the Gram and the key rows the mask lets it attend to; a fully
+#: masked row i is computed from the mask alone (the attention weights and everything after them in the row).
+ROWS_ATTENDED = "attended"
+#: Every row dependence.
+ROW_DEPENDENCES = (ROWS_OWN, ROWS_GRAM, ROWS_KEYS, ROWS_ATTENDED)
+
+#: Cache use: a later call appends its own rows to the cached ones and computes the entry from both.
+EXTENDED = "extended"
+#: Cache use: a later call uses the cached value itself and does not recompute it.
+FROZEN = "frozen"
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheUse:
+    """Where a cached generation keeps an output for later calls: final-cache entry ``{cache}.layers.{l}.{entry}``,
+    used by a later call as :data:`EXTENDED` or :data:`FROZEN`."""
+
+    cache: str
+    entry: str
+    use: str
+
+    def __post_init__(self) -> None:
+        if self.use not in (EXTENDED, FROZEN):
+            raise ValueError(f"cache use must be {EXTENDED!r} or {FROZEN!r}, got {self.use!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """The data-flow facts of one trace entry a stage writes (what the harness derives its tables from).
+
+    name: the trace name; layout: one of :data:`LAYOUTS` (a model-level stage's outputs are :data:`ROW`, the
+    model-row axes); rows: one of :data:`ROW_DEPENDENCES`, how its rows depend on the layer input's rows (the
+    representable part of an additive-mask case follows it); frozen_by: the ``decoder_layer`` cache input under which
+    the layer uses a frozen value instead of computing it (its stage is then not isolated); cache: where a cached
+    generation keeps it (:class:`CacheUse`); weights: the attention weights, where a dtype's unresolvability starts
+    to propagate and the only output whose fully masked rows an isolated run cannot represent; aliases: other names
+    of the same value in a case's outputs (the new rows' logits of a cached step).
+    """
+
+    name: str
+    layout: str
+    rows: str
+    frozen_by: str | None = None
+    cache: CacheUse | None = None
+    weights: bool = False
+    aliases: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"output {self.name!r}: layout {self.layout!r} is not one of {LAYOUTS}")
+        if self.rows not in ROW_DEPENDENCES:
+            raise ValueError(f"output {self.name!r}: rows {self.rows!r} is not one of {ROW_DEPENDENCES}")
+
 
 @dataclasses.dataclass(frozen=True)
 class Stage:
     """One stage of the forward map.
 
     name: stable identifier; function: the pldr_ref function of its equation (docs, op fixtures); outputs: trace
-    names it produces (per layer unless ``per_layer`` is False); equation: the math; paper: section/equation;
+    names it produces (per layer unless ``per_layer`` is False), given as :class:`Output` declarations (their
+    data-flow facts, kept in ``flow``; ``outputs`` then holds their names) -- every numeric stage declares them;
+    equation: the math; paper: section/equation;
     lean: Lean file(s) whose lemmas constrain it; inputs: the golden upstream values an isolated run of
     the stage is guaranteed to receive (``mask``, ``positions`` and ``gram_offset`` are added when the case
     has them); enabled_by: the (config field, values) under which the stage runs (empty: always; e.g. the PLGA
@@ -61,6 +142,17 @@ class Stage:
     inputs: tuple[str, ...] = ()
     body: Callable[..., object] | None = None
     enabled_by: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    flow: tuple[Output, ...] = ()
+
+    def __post_init__(self) -> None:
+        declared = tuple(o for o in self.outputs if isinstance(o, Output))
+        if declared:
+            if len(declared) != len(self.outputs):
+                raise TypeError(f"stage {self.name!r}: declare every output as an Output, or none")
+            object.__setattr__(self, "flow", declared)
+            object.__setattr__(self, "outputs", tuple(o.name for o in declared))
+        if self.flow and tuple(o.name for o in self.flow) != tuple(self.outputs):
+            raise ValueError(f"stage {self.name!r}: flow {[o.name for o in self.flow]} != outputs {self.outputs}")
 
     def enabled(self, config: PLDRConfig) -> bool:
         """Whether ``config`` runs this stage: every (field, values) of ``enabled_by`` holds (empty: always)."""
@@ -111,47 +203,133 @@ STRUCTURE_STAGES: tuple[Stage, ...] = (
 #: The PLGA stages run only with learned G (their parameters exist only then).
 _LEARNED_G = (("g_mode", ("learned",)),)
 
+
+def _kv_extended(entry: str) -> CacheUse:
+    """Kept in the KV cache as ``entry``, extended by a later call's rows."""
+    return CacheUse("kv_cache", entry, EXTENDED)
+
+
+def _g_chain(name: str) -> Output:
+    """An output of the learned-G chain after the metric learner: Gram layout, frozen by a G cache."""
+    return Output(name, GRAM, ROWS_GRAM, frozen_by="frozen_G_LM", cache=CacheUse("g_cache", name, FROZEN))
+
+
+def _attended(name: str) -> Output:
+    """An output of the residual stream after the attention weights: row layout, the attended rows."""
+    return Output(name, ROW, ROWS_ATTENDED)
+
+
 #: The numeric stages in forward order.
 FORWARD_STAGES: tuple[Stage, ...] = (
-    Stage("embedding", model.embed, ("embed",), "X0 = E[x] * sqrt(d)", "spec §2.1", per_layer=False,
-          inputs=("token_ids",), body=model.embed),
-    Stage("input_norm", norms.layer_norm, ("x0",), "X0 <- LN(X0), eps = 1e-6", "spec §2.2", "LayerNorm",
-          per_layer=False, inputs=("embed",), body=model.input_norm),
-    Stage("qkv_projection", glu.linear, ("q", "k", "v"), "Q = X Wq^T + bq (same for K, V), split heads",
-          "spec §2.4.1-2", inputs=("x",), body=layer.qkv_projection),
-    Stage("rope", rope.apply_rope, ("q_rot", "k_rot"), "y = R_p x (interleaved or half pairs)",
-          "Def. 4.3, spec §2.4.3", "RoPE", inputs=("q", "k", "positions"), body=layer.rotary),
-    Stage("density_operator", density.density_operator, ("A0",), "A0 = Q~^T Q~", "eq. 3.2",
-          "DensityOperator", inputs=("q_rot",), body=layer.gram),
-    Stage("metric_learner", metric_learner.metric_learner, ("A",), "A = Res_R(...Res_1(LN(A0)))",
-          "eq. 3.3, Prop. 3.11", "LayerNorm, Contraction", inputs=("A0",), body=layer.learned_metric,
-          enabled_by=(("metric_learner", ("v500", "v900")),)),
-    Stage("metric_tensor", plga.metric_tensor, ("A_LM",), "A_LM = iSwiGLU(W A + b) + eps_adj", "eq. 3.4, Prop. 3.7",
-          "ISwiGLU, HadamardPower", inputs=("A",), body=layer.adjacency, enabled_by=_LEARNED_G),
-    Stage("potential_tensor", plga.potential_tensor, ("A_P",), "A_P = A_LM^(o P)", "eq. 3.5", "HadamardPower",
-          inputs=("A_LM",), body=layer.potential, enabled_by=_LEARNED_G),
-    Stage("energy_curvature", plga.energy_curvature, ("G_LM",), "G_LM = a A_P + b_a", "eq. 3.6", "RankOne",
+    Stage("embedding", model.embed, (Output("embed", ROW, ROWS_OWN),), "X0 = E[x] * sqrt(d)", "spec §2.1",
+          per_layer=False, inputs=("token_ids",), body=model.embed),
+    Stage("input_norm", norms.layer_norm, (Output("x0", ROW, ROWS_OWN),), "X0 <- LN(X0), eps = 1e-6", "spec §2.2",
+          "LayerNorm", per_layer=False, inputs=("embed",), body=model.input_norm),
+    Stage("qkv_projection", glu.linear,
+          (Output("q", HEAD_ROW, ROWS_OWN), Output("k", HEAD_ROW, ROWS_OWN),
+           Output("v", HEAD_KEY, ROWS_OWN, cache=_kv_extended("v"))),
+          "Q = X Wq^T + bq (same for K, V), split heads", "spec §2.4.1-2", inputs=("x",), body=layer.qkv_projection),
+    Stage("rope", rope.apply_rope,
+          (Output("q_rot", HEAD_ROW, ROWS_OWN), Output("k_rot", HEAD_KEY, ROWS_OWN, cache=_kv_extended("k_rot"))),
+          "y = R_p x (interleaved or half pairs)", "Def. 4.3, spec §2.4.3", "RoPE", inputs=("q", "k", "positions"),
+          body=layer.rotary),
+    Stage("density_operator", density.density_operator,
+          (Output("A0", GRAM, ROWS_GRAM, frozen_by="frozen_A", cache=_kv_extended("gram")),), "A0 = Q~^T Q~",
+          "eq. 3.2", "DensityOperator", inputs=("q_rot",), body=layer.gram),
+    Stage("metric_learner", metric_learner.metric_learner,
+          (Output("A", GRAM, ROWS_GRAM, frozen_by="frozen_A", cache=CacheUse("kv_cache", "A", FROZEN)),),
+          "A = Res_R(...Res_1(LN(A0)))", "eq. 3.3, Prop. 3.11", "LayerNorm, Contraction", inputs=("A0",),
+          body=layer.learned_metric, enabled_by=(("metric_learner", ("v500", "v900")),)),
+    Stage("metric_tensor", plga.metric_tensor, (_g_chain("A_LM"),), "A_LM = iSwiGLU(W A + b) + eps_adj",
+          "eq. 3.4, Prop. 3.7", "ISwiGLU, HadamardPower", inputs=("A",), body=layer.adjacency, enabled_by=_LEARNED_G),
+    Stage("potential_tensor", plga.potential_tensor, (_g_chain("A_P"),), "A_P = A_LM^(o P)", "eq. 3.5",
+          "HadamardPower", inputs=("A_LM",), body=layer.potential, enabled_by=_LEARNED_G),
+    Stage("energy_curvature", plga.energy_curvature, (_g_chain("G_LM"),), "G_LM = a A_P + b_a", "eq. 3.6", "RankOne",
           inputs=("A_P",), body=layer.curvature, enabled_by=_LEARNED_G),
-    Stage("attention_scores", attention.attention_scores, ("scores",), "Sc = Q~ G_LM K~^T / sqrt(d_k)", "eq. 3.7",
-          "RoPE (commutant)", inputs=("q_rot", "G_LM", "k_rot"), body=layer.scaled_scores),
-    Stage("masked_softmax", attention.masked_softmax, ("E",), "E = softmax_j(Sc + mask)", "eq. 3.8", "Softmax",
-          inputs=("scores",), body=layer.softmax_weights),
-    Stage("value_mix", attention.mix_values, ("ctx",), "Z = E V, merge heads", "eq. 3.9", inputs=("E", "v"),
-          body=layer.value_mix),
-    Stage("output_projection", glu.linear, ("attn_out",), "Y = Z Wo^T + bo", "spec §2.4.10", inputs=("ctx",),
-          body=layer.output_projection),
-    Stage("post_attention_norm", norms.layer_norm, ("out1",), "O1 = LN1(Y + X)", "spec §2.3", "LayerNorm",
+    Stage("attention_scores", attention.attention_scores, (Output("scores", HEAD_ROW, ROWS_KEYS),),
+          "Sc = Q~ G_LM K~^T / sqrt(d_k)", "eq. 3.7", "RoPE (commutant)", inputs=("q_rot", "G_LM", "k_rot"),
+          body=layer.scaled_scores),
+    Stage("masked_softmax", attention.masked_softmax, (Output("E", HEAD_ROW, ROWS_ATTENDED, weights=True),),
+          "E = softmax_j(Sc + mask)", "eq. 3.8", "Softmax", inputs=("scores",), body=layer.softmax_weights),
+    Stage("value_mix", attention.mix_values, (_attended("ctx"),), "Z = E V, merge heads", "eq. 3.9",
+          inputs=("E", "v"), body=layer.value_mix),
+    Stage("output_projection", glu.linear, (_attended("attn_out"),), "Y = Z Wo^T + bo", "spec §2.4.10",
+          inputs=("ctx",), body=layer.output_projection),
+    Stage("post_attention_norm", norms.layer_norm, (_attended("out1"),), "O1 = LN1(Y + X)", "spec §2.3", "LayerNorm",
           inputs=("attn_out", "x"), body=layer.post_attention_norm),
-    Stage("ffn", glu.glu, ("ffn_out",), "FFN = W3(silu(W1 z + b1) * (W2 z + b2)) + b3", "spec §2.3",
+    Stage("ffn", glu.glu, (_attended("ffn_out"),), "FFN = W3(silu(W1 z + b1) * (W2 z + b2)) + b3", "spec §2.3",
           inputs=("out1",), body=layer.ffn),
-    Stage("post_ffn_norm", norms.layer_norm, ("out2",), "O2 = LN2(FFN(O1) + O1)", "spec §2.3", "LayerNorm",
-          inputs=("ffn_out", "out1"), body=layer.post_ffn_norm),
-    Stage("lm_head", model.lm_head, ("logits",), "logits = X^L Wout^T + bout", "spec §2.5", per_layer=False,
-          inputs=("hidden",), body=model.lm_head),
+    Stage("post_ffn_norm", norms.layer_norm, (_attended("out2"),), "O2 = LN2(FFN(O1) + O1)", "spec §2.3",
+          "LayerNorm", inputs=("ffn_out", "out1"), body=layer.post_ffn_norm),
+    Stage("lm_head", model.lm_head, (Output("logits", ROW, ROWS_OWN, aliases=("new_logits",)),),
+          "logits = X^L Wout^T + bout", "spec §2.5", per_layer=False, inputs=("hidden",), body=model.lm_head),
 )
 
 #: Every stage the harness can isolate, in the order it walks them.
 ALL_STAGES: tuple[Stage, ...] = (*STRUCTURE_STAGES, *FORWARD_STAGES)
+
+_missing = [s.name for s in FORWARD_STAGES if not s.flow]
+if _missing:
+    raise TypeError(f"numeric stages {_missing} declare no Output (layout, rows, caches) for their outputs")
+
+
+@dataclasses.dataclass(frozen=True)
+class DepthLoop:
+    """How the depth loop (:func:`pldr_ref.model.depth_pass`) chains the stages: the model-level stages before the
+    layers leave ``model_input``, which the first layer reads as its ``layer_input``; each layer's ``layer_output`` is
+    the next layer's input; the model-level stages after the layers read the last layer's output as
+    ``model_output``."""
+
+    model_input: str
+    layer_input: Output
+    layer_output: str
+    model_output: str
+
+
+#: The depth loop's chaining (trace names of the float64 forward map).
+DEPTH_LOOP = DepthLoop(model_input="x0", layer_input=Output("x", ROW, ROWS_OWN), layer_output="out2",
+                       model_output="hidden")
+
+
+def _layered() -> tuple[int, int]:
+    """(index of the first, one past the last) per-layer stage in :data:`FORWARD_STAGES`."""
+    idx = [i for i, s in enumerate(FORWARD_STAGES) if s.per_layer]
+    return idx[0], idx[-1] + 1
+
+
+#: Model-level stages the depth loop runs before the layers, and after them, in forward order.
+MODEL_STAGES_BEFORE: tuple[Stage, ...] = FORWARD_STAGES[:_layered()[0]]
+MODEL_STAGES_AFTER: tuple[Stage, ...] = FORWARD_STAGES[_layered()[1]:]
+#: The per-layer data flow in forward order: the layer's input, then every per-layer stage's outputs.
+LAYER_FLOW: tuple[Output, ...] = (DEPTH_LOOP.layer_input,
+                                  *(o for s in FORWARD_STAGES if s.per_layer for o in s.flow))
+
+
+def names_with_aliases(outputs: tuple[Output, ...]) -> tuple[str, ...]:
+    """Every name of ``outputs`` (each name, then its aliases), in order."""
+    return tuple(n for o in outputs for n in (o.name, *o.aliases))
+
+
+#: Names of the model-level outputs before the layers and after them (aliases included), in forward order.
+MODEL_OUTPUTS_BEFORE: tuple[str, ...] = names_with_aliases(tuple(o for s in MODEL_STAGES_BEFORE for o in s.flow))
+MODEL_OUTPUTS_AFTER: tuple[str, ...] = names_with_aliases(tuple(o for s in MODEL_STAGES_AFTER for o in s.flow))
+#: Every trace name the registry declares: the layer's input and every numeric stage's outputs and their aliases.
+TRACE_NAMES: frozenset[str] = frozenset(
+    names_with_aliases((DEPTH_LOOP.layer_input, *(o for s in FORWARD_STAGES for o in s.flow))))
+#: The caches of a cached generation (``{cache}.layers.{l}.{entry}`` entries), in forward order of their entries.
+CACHES: tuple[str, ...] = tuple(dict.fromkeys(o.cache.cache for o in LAYER_FLOW if o.cache is not None))
+
+
+def output_declaration(name: str) -> tuple[Stage | None, Output]:
+    """(the stage writing it, its :class:`Output`) for a trace leaf or alias (the layer input: no stage)."""
+    leaf = name.rsplit(".", 1)[-1]
+    for s in FORWARD_STAGES:
+        for o in s.flow:
+            if leaf == o.name or leaf in o.aliases:
+                return s, o
+    if leaf == DEPTH_LOOP.layer_input.name:
+        return None, DEPTH_LOOP.layer_input
+    raise KeyError(f"no stage declares trace entry {name!r}")
 
 
 def switch_gated_stages(engine: str) -> dict[str, str]:

@@ -33,9 +33,9 @@ def test_taint_follows_the_layer_math():
     clean = np.zeros((2, s), dtype=bool)
     first = _layer_taint(clean, mask, "global")
     assert first["out2"].tolist() == [[False] * 4, [True, False, False, False]]
-    assert not first["gram"].any() and not first["scores"].any()
+    assert not first["G_LM"].any() and not first["A0"].any() and not first["scores"].any()
     second = _layer_taint(first["out2"], mask, "global")
-    assert second["out2"].tolist() == [[False] * 4, [True] * 4] and second["gram"][1].all()
+    assert second["out2"].tolist() == [[False] * 4, [True] * 4] and second["G_LM"][1].all()
     row2 = np.array([[False] * 4, [False, False, True, False]])
     cum = _layer_taint(row2, np.broadcast_to(causal, (2, 1, s, s)), "cumulative")
     assert cum["out2"].tolist() == [[False] * 4, [False, False, True, True]]

@@ -35,6 +35,7 @@ import numpy as np
 from pldr_ref.config import PLDRConfig
 from pldr_ref.env_vars import read_env
 from pldr_ref.harness.protocol import Capabilities, Unsupported
+from pldr_ref.model import resolve_pad_masking
 from pldr_ref.params import Params
 from pldr_ref.registry import ALL_STAGES, OPS
 from pldr_ref.switches import declared_switches
@@ -196,8 +197,7 @@ class OnnxModel:
         if "attention_mask" in case.inputs:
             am = np.asarray(case.inputs["attention_mask"]).astype(np.int64)
         else:
-            pad_masking = args.get("pad_masking")
-            pad_masking = (c.pad_source == "token") if pad_masking is None else bool(pad_masking)
+            pad_masking = resolve_pad_masking(c, args.get("pad_masking"))
             am = (ids != c.pad_id).astype(np.int64) if pad_masking else np.ones_like(ids)
         start = int(args.get("start_pos", 0))
         if "attention_mask" in self.inputs:

@@ -21,6 +21,7 @@ import numpy as np
 
 from pldr_ref.config import profile_switches
 from pldr_ref.harness.protocol import SWITCHES, Capabilities, Unsupported
+from pldr_ref.model import resolve_pad_masking
 from pldr_ref.switches import BY_NAME
 
 #: RoPE pairings an HF config may choose (``reference_rope``): an HF profile's rope arithmetic follows it.
@@ -85,7 +86,7 @@ def has_fully_masked_row(case: Any) -> bool:
         return bool(np.asarray(inputs["mask"], dtype=bool).all(axis=-1).any())
     if "attention_mask" in inputs:
         return bool((np.asarray(inputs["attention_mask"])[:, 0] == 0).any())
-    pad_masking = bool(case.args.get("pad_masking", True)) and case.config.pad_source == "token"
+    pad_masking = resolve_pad_masking(case.config, case.args.get("pad_masking"))
     ids = inputs.get("token_ids")
     return bool(pad_masking and ids is not None and (np.asarray(ids)[:, 0] == case.config.pad_id).any())
 

@@ -35,20 +35,41 @@ from pldr_ref.harness.tolerance import (
     round_to,
 )
 from pldr_ref.layer import LAYER_TRACE_NAMES
+from pldr_ref.model import resolve_pad_masking
 from pldr_ref.params import Params
-from pldr_ref.registry import ALL_STAGES
+from pldr_ref.registry import (
+    ALL_STAGES,
+    DEPTH_LOOP,
+    HEAD_KEY,
+    HEAD_ROW,
+    MODEL_STAGES_AFTER,
+    MODEL_STAGES_BEFORE,
+    Stage,
+)
+from pldr_ref.registry import stage as registry_stage
 from pldr_ref.stages import FORWARD_STAGES
 
 #: Upstream golden values each stage is guaranteed to receive (leaf names; ``mask`` is added when
 #: the case has one, ``gram_offset`` for a cumulative Gram with cached rows) -- from :mod:`pldr_ref.registry`.
 STAGE_INPUTS: dict[str, tuple[str, ...]] = {s.name: s.inputs for s in ALL_STAGES}
 
+
+def _frozen_by() -> dict[str, tuple[str, ...]]:
+    """{layer-case cache input: the stages whose outputs it freezes} (the registry's ``Output.frozen_by``)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for st in FORWARD_STAGES:
+        for key in dict.fromkeys(o.frozen_by for o in st.flow if o.frozen_by is not None):
+            out[key] = (*out.get(key, ()), st.name)
+    return out
+
+
 #: Stages skipped when a layer case freezes their output through a cache input.
-FROZEN_BY = {"frozen_G_LM": ("metric_tensor", "potential_tensor", "energy_curvature"),
-             "frozen_A": ("density_operator", "metric_learner")}
+FROZEN_BY = _frozen_by()
 
 #: Per-layer stage outputs that cover all T keys (cached ones first): only the new rows are computed.
-KEY_AXIS_OUTPUTS = ("k_rot", "v")
+KEY_AXIS_OUTPUTS = tuple(o.name for st in FORWARD_STAGES for o in st.flow if o.layout == HEAD_KEY)
+#: Per-layer stage outputs laid out over the call's new rows (their row count is the number of new rows).
+_NEW_ROW_OUTPUTS = tuple(o.name for st in FORWARD_STAGES if st.per_layer for o in st.flow if o.layout == HEAD_ROW)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,12 +179,10 @@ def model_positions_and_mask(case: Any) -> dict[str, np.ndarray]:
     ids = np.asarray(case.inputs["token_ids"])
     start = int(case.args.get("start_pos", 0))
     positions = np.arange(start, start + ids.shape[1])
-    pad_masking = case.args.get("pad_masking")
-    if pad_masking is None:  # the config's pad_source decides (issue 12)
-        pad_masking = case.config.pad_source == "token"
+    pad_masking = resolve_pad_masking(case.config, case.args.get("pad_masking"))  # None: the config's pad_source
     if "attention_mask" in case.inputs:
         pad = np.asarray(case.inputs["attention_mask"]) == 0
-    elif bool(pad_masking):
+    elif pad_masking:
         pad = ids == case.config.pad_id
     else:
         pad = None
@@ -174,23 +193,20 @@ def model_positions_and_mask(case: Any) -> dict[str, np.ndarray]:
 
 
 def stage_plan(case: Any) -> list[tuple[str, int | None, dict[str, np.ndarray], dict[str, np.ndarray]]]:
-    """(stage, layer, upstream inputs, golden outputs by leaf name) for every isolatable stage, in order."""
+    """(stage, layer, upstream inputs, golden outputs by leaf name) for every isolatable stage, in order: the
+    structure stage and the model-level stages before the layers, every layer's stages, the model-level stages after
+    the layers (:data:`pldr_ref.registry.DEPTH_LOOP` chains them)."""
     plan: list[tuple[str, int | None, dict[str, np.ndarray], dict[str, np.ndarray]]] = []
     g = case.outputs
     if case.kind == "forward":
-        pad_masking = case.args.get("pad_masking")
-        if pad_masking is None:  # the config's pad_source decides (issue 12)
-            pad_masking = case.config.pad_source == "token"
-        seq_in = {"token_ids": case.inputs["token_ids"],
-                  "start_pos": np.array(int(case.args.get("start_pos", 0)), dtype=np.int64),
-                  "pad_masking": np.array(bool(pad_masking))}
+        seq = registry_stage("sequence_mask")
+        seq_in = {name: case.inputs[name] for name in seq.inputs}
+        seq_in.update({"start_pos": np.array(int(case.args.get("start_pos", 0)), dtype=np.int64),
+                       "pad_masking": np.array(resolve_pad_masking(case.config, case.args.get("pad_masking")))})
         seq_in.update({k: case.inputs[k] for k in ("attention_mask", "position_ids") if k in case.inputs})
         seq_out = model_positions_and_mask(case)
-        plan.append(("sequence_mask", None, seq_in, {k: seq_out[k] for k in ("positions", "mask")}))
-        if "embed" in g:
-            plan.append(("embedding", None, {"token_ids": case.inputs["token_ids"]}, {"embed": g["embed"]}))
-        if "embed" in g and "x0" in g:
-            plan.append(("input_norm", None, {"embed": g["embed"]}, {"x0": g["x0"]}))
+        plan.append((seq.name, None, seq_in, {k: seq_out[k] for k in seq.outputs}))
+        plan += _model_level_plan(case, MODEL_STAGES_BEFORE, {})
         layers = range(case.config.num_layers)
     elif case.kind == "decoder_layer":
         layers = [int(case.args["layer"])]
@@ -199,7 +215,7 @@ def stage_plan(case: Any) -> list[tuple[str, int | None, dict[str, np.ndarray], 
     frozen = {s for key, stages in FROZEN_BY.items() if key in case.inputs for s in stages}
     for li in layers:
         up = layer_upstream(case, li)
-        s_new = up["q"].shape[2] if "q" in up else None
+        s_new = next((up[o].shape[2] for o in _NEW_ROW_OUTPUTS if o in up), None)
         for st in FORWARD_STAGES:
             if not st.per_layer or st.name in frozen:
                 continue
@@ -213,10 +229,33 @@ def stage_plan(case: Any) -> list[tuple[str, int | None, dict[str, np.ndarray], 
                     val = val[:, :, val.shape[2] - s_new:]
                 golden[o] = val
             plan.append((st.name, li, inputs, golden))
-    last = f"layers.{case.config.num_layers - 1}.out2"
-    if case.kind == "forward" and last in g and "logits" in g:
-        plan.append(("lm_head", None, {"hidden": g[last]}, {"logits": g["logits"]}))
+    if case.kind == "forward":
+        last = f"layers.{case.config.num_layers - 1}.{DEPTH_LOOP.layer_output}"
+        plan += _model_level_plan(case, MODEL_STAGES_AFTER, {DEPTH_LOOP.model_output: g[last]} if last in g else {})
     return plan
+
+
+def _model_level_plan(case: Any, stages: tuple[Stage, ...], upstream: dict[str, np.ndarray]
+                      ) -> list[tuple[str, None, dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """The plan entries of model-level ``stages`` of a forward case: each is isolated when its golden outputs and its
+    inputs (``upstream``, then the golden model-level outputs, then the case's inputs) are all there; it receives its
+    declared inputs and the optional ones its body takes that are there."""
+    g = case.outputs
+
+    def value(name: str) -> np.ndarray | None:
+        for source in (upstream, g, case.inputs):
+            if name in source:
+                return source[name]
+        return None
+
+    out = []
+    for st in stages:
+        optional = tuple(n for n, required in st.body_inputs if not required and value(n) is not None)
+        inputs = {n: value(n) for n in (*st.inputs, *optional)}
+        if any(v is None for v in inputs.values()) or not all(o in g for o in st.outputs):
+            continue
+        out.append((st.name, None, inputs, {o: g[o] for o in st.outputs}))
+    return out
 
 
 def _is_upstream(name: str, stage: str) -> bool:

@@ -18,14 +18,26 @@ from typing import Any
 
 import numpy as np
 
-#: Trace leaves laid out [B, S, ...] (batch, row).
-ROW_LEAVES = ("x", "ctx", "attn_out", "out1", "ffn_out", "out2")
-#: Trace leaves laid out [B, H, S, ...] (batch, head, row).
-HEAD_ROW_LEAVES = ("q", "k", "v", "q_rot", "k_rot", "scores", "E")
-#: Trace leaves of the Gram chain: [B, H, d_k, d_k] (global) or [B, H, S, d_k, d_k] (cumulative).
-GRAM_LEAVES = ("A0", "A", "A_LM", "A_P", "G_LM")
-#: Model-level outputs laid out [B, S, ...].
-MODEL_ROW_OUTPUTS = ("embed", "x0", "logits")
+from pldr_ref.registry import (
+    DEPTH_LOOP,
+    FORWARD_STAGES,
+    GRAM,
+    HEAD_KEY,
+    HEAD_ROW,
+    LAYER_FLOW,
+    MODEL_OUTPUTS_AFTER,
+    MODEL_OUTPUTS_BEFORE,
+    ROW,
+    ROWS_ATTENDED,
+    ROWS_GRAM,
+    ROWS_KEYS,
+    ROWS_OWN,
+    output_declaration,
+)
+
+#: {stage: its outputs that are attention weights}: in an isolated run (from golden upstream values) only their fully
+#: masked rows are unrepresentable (the golden weights feed the next stage exactly).
+_WEIGHTS = {st.name: tuple(o.name for o in st.flow if o.weights) for st in FORWARD_STAGES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +54,7 @@ class RepresentablePart:
     def isolated_keep(self, stage: str, leaf: str, shape: tuple[int, ...]) -> np.ndarray | None:
         """Keep mask of an isolated stage's output (run from golden upstream values): only the softmax rows that
         are fully masked are unrepresentable there (its golden output E feeds value_mix exactly)."""
-        if stage != "masked_softmax" or leaf != "E":
+        if leaf not in _WEIGHTS.get(stage, ()):
             return None
         try:
             return np.broadcast_to((~self.full)[:, None, :, None], shape)
@@ -64,7 +76,8 @@ def fully_masked_rows(mask: np.ndarray, batch: int) -> np.ndarray:
 
 
 def _layer_taint(tx: np.ndarray, mask: np.ndarray, gram_mode: str) -> dict[str, np.ndarray]:
-    """Row taint [B, S] of every leaf of one layer from the taint ``tx`` of its input rows (module docstring)."""
+    """Row taint [B, S] of every leaf of one layer (:data:`pldr_ref.registry.LAYER_FLOW`) from the taint ``tx`` of
+    its input rows, by each leaf's declared row dependence (module docstring)."""
     b, s = tx.shape
     m = np.broadcast_to(np.asarray(mask, dtype=bool)[:, 0], (b, s, mask.shape[-1]))
     full = np.all(m, axis=-1)
@@ -75,27 +88,26 @@ def _layer_taint(tx: np.ndarray, mask: np.ndarray, gram_mode: str) -> dict[str, 
     t = m.shape[-1]
     keys = tx[:, None, -t:] if t <= s else np.zeros((b, 1, t), dtype=bool)
     key_in = np.any(keys & ~m, axis=-1)
-    attn = tx | g | full | key_in
-    out = {leaf: tx for leaf in ("x", "q", "k", "v", "q_rot", "k_rot")}
-    out["scores"] = tx | g | np.any(keys, axis=-1)
-    out["gram"] = g
-    out.update({leaf: attn for leaf in ("E", "ctx", "attn_out", "out1", "ffn_out", "out2")})
-    return out
+    by_rows = {ROWS_OWN: tx, ROWS_GRAM: g, ROWS_KEYS: tx | g | np.any(keys, axis=-1),
+               ROWS_ATTENDED: tx | g | full | key_in}
+    return {o.name: by_rows[o.rows] for o in LAYER_FLOW}
 
 
-def _keep_for(name: str, leaf: str, taint: np.ndarray, shape: tuple[int, ...], gram_mode: str) -> np.ndarray | None:
-    """Boolean keep mask for output ``name`` broadcastable to ``shape`` (None: layout not recognised)."""
+def _keep_for(leaf: str, taint: np.ndarray, shape: tuple[int, ...], gram_mode: str) -> np.ndarray | None:
+    """Boolean keep mask for an output of trace leaf ``leaf`` broadcastable to ``shape``, by its declared layout
+    (None: no declared layout, or one that does not fit the shape)."""
+    try:
+        layout = output_declaration(leaf)[1].layout
+    except KeyError:
+        return None
     keep = ~taint
     b, s = keep.shape
-    if leaf in ROW_LEAVES or name in MODEL_ROW_OUTPUTS:
+    if layout == ROW:
         k = keep.reshape(b, s, *([1] * (len(shape) - 2)))
-    elif leaf in HEAD_ROW_LEAVES:
+    elif layout in (HEAD_ROW, HEAD_KEY) or (layout == GRAM and gram_mode == "cumulative"):
         k = keep[:, None].reshape(b, 1, s, *([1] * (len(shape) - 3)))
-    elif leaf in GRAM_LEAVES:
-        if gram_mode == "cumulative":
-            k = keep[:, None].reshape(b, 1, s, *([1] * (len(shape) - 3)))
-        else:
-            k = keep[:, :1].reshape(b, *([1] * (len(shape) - 1)))
+    elif layout == GRAM:
+        k = keep[:, :1].reshape(b, *([1] * (len(shape) - 1)))
     else:
         return None
     try:
@@ -117,30 +129,28 @@ def representable_part(case: Any, dtype: str) -> RepresentablePart | None:
         mask = model_positions_and_mask(case)["mask"]
         batch, rows = np.shape(case.inputs["token_ids"])
         layers = list(range(config.num_layers))
-    elif case.kind == "decoder_layer" and "mask" in case.inputs and "x" in case.inputs:
+    elif case.kind == "decoder_layer" and "mask" in case.inputs and DEPTH_LOOP.layer_input.name in case.inputs:
         mask = np.asarray(case.inputs["mask"])
-        batch, rows = np.shape(case.inputs["x"])[:2]
+        batch, rows = np.shape(case.inputs[DEPTH_LOOP.layer_input.name])[:2]
         layers = [int(case.args["layer"])]
     else:
         return None
     if mask is None or not fully_masked_rows(mask, batch).any() or unrepresentable_stage(case, dtype) is None:
         return None
     tx = np.zeros((batch, rows), dtype=bool)
-    taints: dict[str, np.ndarray] = {"embed": tx, "x0": tx}
+    taints: dict[str, np.ndarray] = dict.fromkeys(MODEL_OUTPUTS_BEFORE, tx)
     for li in layers:
         lt = _layer_taint(tx, mask, config.gram_mode)
         for leaf, t in lt.items():
             taints[f"layers.{li}.{leaf}"] = t
-        tx = lt["out2"]
-    taints["logits"] = tx
+        tx = lt[DEPTH_LOOP.layer_output]
+    taints.update(dict.fromkeys(MODEL_OUTPUTS_AFTER, tx))
     keep: dict[str, np.ndarray] = {}
     for name, golden in case.outputs.items():
-        leaf = name.rsplit(".", 1)[-1]
-        key = name if name in taints else name.rsplit(".", 1)[0] + ".gram" if leaf in GRAM_LEAVES else name
-        if key not in taints:
+        if name not in taints:
             continue
-        k = _keep_for(name, leaf, taints[key], np.shape(golden), config.gram_mode)
+        k = _keep_for(name.rsplit(".", 1)[-1], taints[name], np.shape(golden), config.gram_mode)
         if k is not None:
             keep[name] = k
-    primary = taints["logits"] if case.kind == "forward" else tx
+    primary = tx  # the last layer's output rows: the logits' of a forward case, the layer output's of a layer case
     return RepresentablePart(keep, int(np.sum(~primary)), int(primary.size), dtype, fully_masked_rows(mask, batch))

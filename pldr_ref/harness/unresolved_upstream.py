@@ -37,7 +37,18 @@ from collections.abc import Iterable, Mapping
 
 from pldr_ref.harness.tolerance import RULE_NOT_JUDGEABLE, Allowance
 from pldr_ref.layer import LAYER_TRACE_NAMES
-from pldr_ref.registry import ALL_STAGES
+from pldr_ref.registry import (
+    ALL_STAGES,
+    CACHES,
+    DEPTH_LOOP,
+    GRAM,
+    LAYER_FLOW,
+    MODEL_OUTPUTS_AFTER,
+    MODEL_OUTPUTS_BEFORE,
+    MODEL_STAGES_AFTER,
+    MODEL_STAGES_BEFORE,
+    Stage,
+)
 
 
 def _layer_inputs() -> dict[str, tuple[str, ...]]:
@@ -62,24 +73,51 @@ LAYER_INPUTS = _layer_inputs()
 #: with no legitimate kernel failing there; starting also at the residual branches (``attn_out``, ``ffn_out``,
 #: unresolved relative to their own small scale, added to the stream with a small absolute error the members
 #: measure) judges 8 instead of 10 bfloat16 forward cases.
-SOURCE_LEAVES = ("E",)
+SOURCE_LEAVES = tuple(o.name for o in LAYER_FLOW if o.weights)
+
+
+def _cache_entries() -> dict[str, dict[str, tuple[str, str]]]:
+    """{cache: {entry: (the layer leaf it holds, its use)}} from the registry's ``Output.cache``."""
+    out: dict[str, dict[str, tuple[str, str]]] = {cache: {} for cache in CACHES}
+    for o in LAYER_FLOW:
+        if o.cache is not None:
+            out[o.cache.cache][o.cache.entry] = (o.name, o.cache.use)
+    return out
+
+
 #: The final caches' entries (``kv_cache.layers.{l}.*``, ``g_cache.layers.{l}.*``) by the layer leaf each holds and
 #: how a later call uses it: "extended" -- the call appends its own rows (keys, values, the cumulative Gram) and
 #: computes the leaf from both; "frozen" -- the call uses the cached value itself and does not recompute it (the
 #: global Gram chain's A of a KV cache, A_LM / A_P / G_LM of a G cache).  Which entries a case has is its mode's
-#: choice (``cache/tiny_none``: none, so its calls are independent).
-CACHE_ENTRIES = {
-    "kv_cache": {"k_rot": ("k_rot", "extended"), "v": ("v", "extended"), "gram": ("A0", "extended"),
-                 "A": ("A", "frozen")},
-    "g_cache": {"A_LM": ("A_LM", "frozen"), "A_P": ("A_P", "frozen"), "G_LM": ("G_LM", "frozen")},
-}
+#: choice (``cache/tiny_none``: none, so its calls are independent).  From the registry (``Output.cache``).
+CACHE_ENTRIES = _cache_entries()
 #: Leaves of the Gram chain: absent from a call's trace, they were not computed in it (a fixed external or identity
 #: G_LM, a frozen chain), so nothing flows through them; other absent leaves were computed but not recorded.
-GRAM_CHAIN = ("A0", "A", "A_LM", "A_P", "G_LM")
+GRAM_CHAIN = tuple(o.name for o in LAYER_FLOW if o.layout == GRAM)
+
+
+def _alternation(names: Iterable[str]) -> str:
+    return "|".join(re.escape(n) for n in names)
+
 
 _LAYER = re.compile(r"^(?:(?:prefill|steps\.(?P<step>\d+))\.)?layers\.(?P<layer>\d+)\.(?P<leaf>\w+)$")
-_MODEL = re.compile(r"^(?:(?:prefill|steps\.(?P<step>\d+))\.)?(?P<leaf>embed|x0|logits|new_logits)$")
-_CACHE = re.compile(r"^(?P<cache>kv_cache|g_cache)\.layers\.(?P<layer>\d+)\.(?P<entry>\w+)$")
+_MODEL = re.compile(r"^(?:(?:prefill|steps\.(?P<step>\d+))\.)?(?P<leaf>"
+                    + _alternation((*MODEL_OUTPUTS_BEFORE, *MODEL_OUTPUTS_AFTER)) + ")$")
+_CACHE = re.compile(r"^(?P<cache>" + _alternation(CACHES) + r")\.layers\.(?P<layer>\d+)\.(?P<entry>\w+)$")
+
+
+def _model_sources(stages: tuple[Stage, ...], model_of: Mapping[tuple[int, str], str], call: int,
+                   sources: dict[str, str | None], out: dict[str, str]) -> None:
+    """The sources of the model-level ``stages``' outputs in ``call`` (each inherits the first source among its
+    inputs, ``sources`` by model-level name, which it extends), recorded in ``out`` for the outputs the case has."""
+    for st in stages:
+        up = next((sources[i] for i in st.inputs if sources.get(i) is not None), None)
+        for o in st.flow:
+            for n in (o.name, *o.aliases):
+                sources[n] = up
+                name = model_of.get((call, n))
+                if name is not None and up is not None:
+                    out[name] = up
 
 
 def _call(m: re.Match[str]) -> int:
@@ -128,15 +166,16 @@ def unresolved_dependents(names: Iterable[str], unresolved: Iterable[str]) -> di
 
     for c in calls:
         later = c > calls[0]
-        embed = source_of(model_of.get((c, "embed")), None)
-        stream = source_of(model_of.get((c, "x0")), embed)  # what the next layer's x is computed from
+        model_src: dict[str, str | None] = {}
+        _model_sources(MODEL_STAGES_BEFORE, model_of, c, model_src, out)
+        stream = model_src.get(DEPTH_LOOP.model_input)  # what the next layer's input is computed from
         for li in layers:
             src: dict[str, str] = {}
             for leaf in LAYER_TRACE_NAMES:
                 name = layer_of.get((c, li, leaf))
                 if later and kept.get(leaf) == "frozen":
                     up = carried[li].get(leaf)  # the cached value itself
-                elif leaf == "x":
+                elif leaf == DEPTH_LOOP.layer_input.name:
                     up = stream
                 elif name is None and leaf in GRAM_CHAIN:
                     up = None  # not computed in this call
@@ -150,17 +189,12 @@ def unresolved_dependents(names: Iterable[str], unresolved: Iterable[str]) -> di
             for leaf in kept:
                 if leaf in src and leaf not in carried[li]:
                     carried[li][leaf] = src[leaf]
-            stream = src.get("out2")
+            stream = src.get(DEPTH_LOOP.layer_output)
             for leaf, s in src.items():
                 name = layer_of.get((c, li, leaf))
                 if name is not None and s != name:
                     out[name] = s
-        for leaf in ("logits", "new_logits"):
-            name = model_of.get((c, leaf))
-            if name is not None and stream is not None:
-                out[name] = stream
-        if (name := model_of.get((c, "x0"))) is not None and embed is not None:
-            out[name] = embed
+        _model_sources(MODEL_STAGES_AFTER, model_of, c, {DEPTH_LOOP.model_output: stream}, out)
     for name, li, leaf in caches:
         s = carried.get(li, {}).get(leaf)
         if s is not None:

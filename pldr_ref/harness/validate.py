@@ -59,6 +59,7 @@ from pldr_ref.harness.tolerance import (
 )
 from pldr_ref.harness.unresolved_upstream import mark_unresolved_dependents
 from pldr_ref.layer import LAYER_STAGES
+from pldr_ref.registry import CACHES, MODEL_OUTPUTS_AFTER, MODEL_OUTPUTS_BEFORE, output_declaration
 from pldr_ref.stages import stage_of_output
 
 CASE_STATUSES = ("pass", "fail", "error", "not_judgeable", "unsupported", "not_applicable")
@@ -74,7 +75,7 @@ _PREFIX = re.compile(r"^(prefill\.|steps\.(\d+)\.)")
 #: The note of an output judged on its representable part (:attr:`RepresentablePart.note`).
 _PART_NOTE = re.compile(r"(nothing representable in \w+: )?judged on \d+ of \d+ rows; excluded: fully masked rows not "
                         r"representable in \w+")
-_GROUP_RANK = {"": 0, "prefill": 0, "steps": 1, "kv_cache": 2, "g_cache": 3}
+_GROUP_RANK = {"": 0, "prefill": 0, "steps": 1, **{cache: 2 + i for i, cache in enumerate(CACHES)}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,23 +123,25 @@ def output_stage(case: Any, name: str) -> str | None:
     if kind.startswith("scoring_"):  # scores are not forward stages: label them with the scoring semantics
         return kind
     head = name.split(".", 1)[0]
-    if head in ("kv_cache", "g_cache"):
+    if head in CACHES:
         return head
     info = (getattr(case, "meta", None) or {}).get("outputs", {}).get(name) or {}
     if info.get("stage"):
         return str(info["stage"])
     leaf = name.rsplit(".", 1)[-1]
-    if leaf == "new_logits":
-        return "lm_head"
     try:
+        declared = output_declaration(leaf)[0]
+        if declared is not None and leaf not in declared.outputs:  # an alias (the new rows' logits of a step)
+            return declared.name
         return stage_of_output(name).name
     except KeyError:
         return None
 
 
 def trace_sort_key(name: str) -> tuple:
-    """Forward order of output names: prefill < steps.0 < steps.1 < caches; inside a trace embed, x0,
-    layers by index and stage order, logits; anything else after, by name."""
+    """Forward order of output names: prefill < steps.0 < steps.1 < caches (registry order); inside a trace the
+    model-level outputs before the layers (embed, x0), layers by index and stage order, the model-level outputs after
+    them (logits; an alias right after its name); anything else after, by name (:mod:`pldr_ref.registry`)."""
     m = _PREFIX.match(name)
     group, step, rest = "", 0, name
     if m:
@@ -147,20 +150,18 @@ def trace_sort_key(name: str) -> tuple:
         rest = name[m.end():]
     else:
         head = name.split(".", 1)[0]
-        if head in ("kv_cache", "g_cache"):
+        if head in CACHES:
             group, rest = head, name.split(".", 1)[1]
     parts = rest.split(".")
-    if parts[0] == "embed":
-        inner: tuple = (0,)
-    elif parts[0] == "x0":
-        inner = (1,)
+    if parts[0] in MODEL_OUTPUTS_BEFORE:
+        inner: tuple = (0, MODEL_OUTPUTS_BEFORE.index(parts[0]))
     elif parts[0] == "layers" and len(parts) == 3 and parts[1].isdigit():
         leaf = parts[2]
-        inner = (2, int(parts[1]), LAYER_STAGES.index(leaf) if leaf in LAYER_STAGES else 99, leaf)
-    elif parts[0] in ("logits", "new_logits"):
-        inner = (3, parts[0])
+        inner = (1, int(parts[1]), LAYER_STAGES.index(leaf) if leaf in LAYER_STAGES else 99, leaf)
+    elif parts[0] in MODEL_OUTPUTS_AFTER:
+        inner = (2, MODEL_OUTPUTS_AFTER.index(parts[0]))
     else:
-        inner = (4, rest)
+        inner = (3, rest)
     return (_GROUP_RANK.get(group, 9), step, inner)
 
 
