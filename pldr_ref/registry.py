@@ -268,9 +268,17 @@ FORWARD_STAGES: tuple[Stage, ...] = (
 #: Every stage the harness can isolate, in the order it walks them.
 ALL_STAGES: tuple[Stage, ...] = (*STRUCTURE_STAGES, *FORWARD_STAGES)
 
-_missing = [s.name for s in FORWARD_STAGES if not s.flow]
-if _missing:
-    raise TypeError(f"numeric stages {_missing} declare no Output (layout, rows, caches) for their outputs")
+
+
+def check_declared(stages: tuple[Stage, ...]) -> None:
+    """Refuse (``TypeError``) numeric stages whose outputs are plain names: the harness judges an output by its
+    declared layout and row dependence, so an undeclared one would be silently judged on every row."""
+    missing = [s.name for s in stages if not s.flow]
+    if missing:
+        raise TypeError(f"numeric stages {missing} declare no Output (layout, rows, caches) for their outputs")
+
+
+check_declared(FORWARD_STAGES)
 
 
 @dataclasses.dataclass(frozen=True)
