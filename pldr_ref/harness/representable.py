@@ -9,6 +9,9 @@ unmasked key or a tainted Gram taints the attention row and everything after it 
 out1, ffn_out, out2); the global Gram sums q~ q~^T over every row of a sample, so one tainted row of a layer's input
 taints the Gram (A0 ... G_LM) and hence every row of that sample in that layer; the cumulative Gram taints the rows
 from the first tainted one on.  Everything else is judged with the usual tolerance model.
+
+Which rule and which layout each output follows is declared in the registry (``pldr_ref.registry.Output``: ``rows``
+and ``layout``; the layer's chaining: ``DEPTH_LOOP``); this module holds the rules, not the leaves.
 """
 
 from __future__ import annotations
