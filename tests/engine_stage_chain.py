@@ -12,14 +12,23 @@ control, that it is not for an engine with one stage body perturbed or two stage
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
 from pldr_ref.harness.localize import stage_plan
 from pldr_ref.harness.protocol import StageRequest
 from pldr_ref.params import FIXED_G_KEY
+
+
+@functools.cache
+def case_named(name: str) -> Any:
+    """A committed golden case, loaded once per test session (both engines' tests share it)."""
+    return load_case(DEFAULT_GOLDEN_DIR / name)
+
 
 #: Cache-hook inputs of a decoder-layer case -> the trace entry they give in place of a stage's output.
 FROZEN_INPUTS = {"frozen_A": "A", "frozen_A_LM": "A_LM", "frozen_A_P": "A_P", "frozen_G_LM": "G_LM"}

@@ -17,7 +17,7 @@ import functools
 
 import numpy as np
 import pytest
-from engine_stage_chain import bitwise_differences, chain_case
+from engine_stage_chain import bitwise_differences, case_named, chain_case
 from engine_support import require
 
 require("jax")
@@ -25,18 +25,11 @@ require("jax")
 import jax  # noqa: E402
 
 from pldr_ref.backends.jax_backend import STAGE_RUNNERS, JaxBackend, traced_config  # noqa: E402
-from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case  # noqa: E402
 from pldr_ref.harness.localize import stage_plan  # noqa: E402
 
 #: ``-m slow``: a fixed G, the cumulative Gram, the v900 metric learner, an additive mask, whole forwards.
 SLOW_CASES = ("layer/tiny_identity_g", "layer/tiny_cumulative_gram", "layer/tiny_v900", "layer/tiny_l1_mask_additive",
               "model/tiny_identity_g_short", "model/tiny_padded_exact")
-
-
-@functools.cache
-def case_named(name: str):
-    """A golden case, loaded once per session."""
-    return load_case(DEFAULT_GOLDEN_DIR / name)
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +51,8 @@ SWAPPED_NORMS = {**STAGE_RUNNERS, "post_attention_norm": STAGE_RUNNERS["post_ffn
 
 
 def bodies_called_by_the_layer(case, table) -> list[str]:
-    """The stage bodies (named by their entry of :data:`STAGE_RUNNERS`) a layer of ``case`` calls, in order, when its
-    backend's stage table is ``table``; traced with ``jax.eval_shape`` (shapes only: milliseconds)."""
+    """The stage bodies (named by their entry of :data:`STAGE_RUNNERS`) a layer or forward ``case`` calls, in order,
+    when its backend's stage table is ``table``; traced with ``jax.eval_shape`` (shapes only: milliseconds)."""
     body_name = {id(fn): name for name, fn in STAGE_RUNNERS.items()}
     calls: list[str] = []
 
@@ -71,21 +64,27 @@ def bodies_called_by_the_layer(case, table) -> list[str]:
 
     backend = JaxBackend(jit=False)
     backend.stage_runners = {name: spy(fn) for name, fn in table.items()}
-    li = int(case.args["layer"])
 
     def shaped(a):  # the argument as eval_shape sees it: a shape and the dtype a float32 run holds it in
         a = np.asarray(a)
         return jax.ShapeDtypeStruct(a.shape, {"f": np.float32, "i": np.int64}.get(a.dtype.kind, a.dtype))
 
-    P = {k: shaped(v) for k, v in backend.layer_params(dict(case.params.items()), li).items()}
-    feed = {k: shaped(v) for k, v in case.inputs.items()}
-    jax.eval_shape(functools.partial(backend.decoder_layer, c=traced_config(case.config), dt="float32"), P, feed)
+    c = traced_config(case.config)
+    if case.kind == "forward":
+        P = {k: shaped(v) for k, v in case.params.items()}
+        run = functools.partial(backend.forward, c=c, dt="float32", pad_masking=True)
+        jax.eval_shape(run, P, shaped(case.inputs["token_ids"]), 0, None)
+    else:
+        P = {k: shaped(v) for k, v in backend.layer_params(dict(case.params.items()), int(case.args["layer"])).items()}
+        feed = {k: shaped(v) for k, v in case.inputs.items()}
+        jax.eval_shape(functools.partial(backend.decoder_layer, c=c, dt="float32"), P, feed)
     return calls
 
 
-@pytest.mark.parametrize("name", ("layer/tiny_cached_step", "layer/tiny_identity_g"))
+@pytest.mark.parametrize("name", ("layer/tiny_cached_step", "model/tiny_identity_g_short"))
 def test_layer_calls_its_stage_bodies_in_the_harness_order(name):
-    """A KV-cached step (past keys / values, frozen A: no Gram, no metric learner) and a fixed G (no PLGA)."""
+    """A KV-cached layer step (past keys / values, frozen A: no Gram, no metric learner) and a forward (sequence mask,
+    embedding, input norm, two layers with a fixed G: no PLGA, LM head)."""
     case = case_named(name)
     isolated = [stage for stage, _, _, _ in stage_plan(case)]
     assert bodies_called_by_the_layer(case, STAGE_RUNNERS) == isolated

@@ -11,16 +11,14 @@ and the layer differ by design there (the JAX engine holds activations in the dt
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 import pytest
-from engine_stage_chain import bitwise_differences, chain_case
+from engine_stage_chain import bitwise_differences, case_named, chain_case
 
 pytest.importorskip("torch")
 
 from pldr_ref.backends.torch_backend import STAGE_RUNNERS, TorchBackend
-from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
 
 #: Default run: two small cases covering the walk's paths -- a KV-cached layer step (past keys / values, frozen A,
 #: learned G) and a whole forward (sequence mask, embedding, input norm, two layers with a fixed identity G, LM
@@ -33,12 +31,6 @@ SLOW_CASES = ("layer/tiny_cumulative_gram", "layer/tiny_v900", "layer/tiny_l1_ma
               "layer/tiny_l1_mask_finfo_min", "layer/tiny_l1_mask_ideal", "layer/tiny_left_pad_additive",
               "layer/tiny_half_f32rope", "layer/tiny_identity_g", "model/tiny_exact", "model/tiny_padded_exact",
               "g_mode/random_small")
-
-
-@functools.cache
-def case_named(name: str):
-    """A golden case, loaded once per session."""
-    return load_case(DEFAULT_GOLDEN_DIR / name)
 
 
 @pytest.fixture(scope="module")
