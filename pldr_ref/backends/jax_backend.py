@@ -31,7 +31,6 @@ import numpy as np
 
 from pldr_ref.backends.stage_walk import LayerCache, walk_layer, walk_model
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
-from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import FIXED_G_KEY, Params
 from pldr_ref.registry import ALL_STAGES, OPS_BY_NAME, Stage
 from pldr_ref.switches import declared_switches
@@ -68,9 +67,6 @@ UNSUPPORTED_KINDS: dict[str, str] = {
                     "scoring_prompt_frozen")},
 }
 UNSUPPORTED_STAGES: dict[str, str] = {}
-
-#: Layer trace entries in forward order (golden names ``layers.{l}.{entry}``).
-LAYER_ENTRIES = LAYER_STAGES
 
 #: Registry stage name -> Stage.
 STAGES_BY_NAME = {s.name: s for s in ALL_STAGES}
@@ -155,7 +151,6 @@ STAGE_RUNNERS: dict[str, Any] = {
     "post_ffn_norm": _post_norm("layernorm2"),
     "lm_head": lambda b, P, c, i, hidden: (b.lm_head(P, hidden),),
 }
-
 
 
 class JaxBackend:

@@ -437,16 +437,20 @@ class TorchBackend(TorchCases, TorchMath):
         ids = self.tensor(np.asarray(token_ids))
         s = ids.shape[1]
         cumulative = c.gram_mode == "cumulative"
-        if kv is None:
-            positions = self.call_positions(start_pos, s)
-        else:
-            positions = self.cached_positions(int(kv["layers"][0]["k_rot"].shape[2]), s)
+        weights = StageWeights(P, "")
+
+        def run(stage: Stage, values: Mapping[str, Any]) -> tuple[Any, ...]:
+            return self.stage_runners[stage.name](self, weights, c, StageExtras(self, values, None),
+                                                  *(values[n] for n in stage.inputs))
+
         pad = self.key_padding(ids, c, attention_mask, pad_masking)
-        if kv is None:
-            mask = self.causal_padding_mask(positions, positions, pad)
-        elif cached_mask == "none":
+        if kv is None:  # the sequence-mask stage
+            call = {"start_pos": start_pos, "attention_mask": attention_mask, "pad_masking": pad_masking}
+            positions, mask = run(STAGES_BY_NAME["sequence_mask"], {"token_ids": ids, **call})
+        else:  # a cached step: new rows after the cache, and (HF) the mask over cached and new keys
+            positions = self.cached_positions(int(kv["layers"][0]["k_rot"].shape[2]), s)
             mask = None
-        else:
+        if kv is not None and cached_mask != "none":
             t_all = int(kv["layers"][0]["k_rot"].shape[2]) + s
             keys = torch.arange(t_all, device=self.device)
             mask = self.causal_padding_mask(positions, keys, torch.cat([kv["key_padding"], pad], dim=1))
@@ -466,12 +470,6 @@ class TorchBackend(TorchCases, TorchMath):
                                "gram": t["A0"][:, :, -1] if cumulative else None})
             new_g.append((t.get("A_LM"), t.get("A_P"), t["G_LM"]))
             return t
-
-        weights = StageWeights(P, "")
-
-        def run(stage: Stage, values: Mapping[str, Any]) -> tuple[Any, ...]:
-            return self.stage_runners[stage.name](self, weights, c, StageExtras(self, values, None),
-                                                  *(values[n] for n in stage.inputs))
 
         trace = walk_model(run, c.num_layers, {"token_ids": ids}, layer)
         all_pad = pad if kv is None else torch.cat([kv["key_padding"], pad], dim=1)
