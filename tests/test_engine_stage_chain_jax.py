@@ -7,8 +7,10 @@ catches a layer that runs two stage bodies swapped.
 Default run: the layer traced abstractly (``jax.eval_shape``: no compilation, no arithmetic) with a spy stage
 table -- the stage bodies it calls, in order, are the harness's isolated stages of the case, and a layer with two
 bodies swapped is caught.  ``-m slow``: the bitwise checks, eager (``jit=False``: the same jnp code op by op; every
-primitive compiles once per shape, 78 s for one layer case in two dtypes on a loaded 2-core machine) and jitted (a
-jitted layer is one XLA computation, its stages separate ones: the stronger check).
+primitive compiles once per shape, 78 s for one layer case in two dtypes on a loaded 2-core machine).  Jitted, a
+layer is one XLA computation and its isolated stages separate ones, which XLA fuses differently: the bits differ
+(measured: 11 of the 15 entries of ``layer/tiny_cached_step`` in float64), so the bitwise check is of the composition,
+in eager mode; ``tests/test_engine_jax.py`` bounds jitted against eager.
 """
 
 from __future__ import annotations
@@ -129,9 +131,3 @@ def test_negative_control_two_stages_swapped_in_the_layer_is_caught():
 @pytest.mark.parametrize("name", SLOW_CASES)
 def test_more_cases_equal_their_chained_stages_bitwise_eager(eager, name):
     check_bitwise(eager, name, ("float64", "float32", "bfloat16", "float16"))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ("layer/tiny_cached_step", "model/tiny_identity_g_short"))
-def test_jitted_cases_equal_their_chained_stages_bitwise(name):
-    check_bitwise(JaxBackend(), name, ("float64", "float32", "bfloat16", "float16"))

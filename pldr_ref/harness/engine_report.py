@@ -135,8 +135,9 @@ COMPOSITION = (
     "(`pldr_ref/backends/stage_walk.py`, with the cache hooks of spec §8), each stage run by the engine's own stage "
     "table (`STAGE_RUNNERS`), the entry an isolated stage request runs too. So a whole case equals, bit for bit, the "
     "engine's isolated stages chained by hand: `python -m pytest tests/test_engine_stage_chain_torch.py "
-    "tests/test_engine_stage_chain_jax.py -m \"slow or not slow\"` (torch in float64 and float32, JAX in all four "
-    "dtypes, eager and jitted; negative controls: a one-ulp drift, two stage bodies swapped in the layer)."
+    "tests/test_engine_stage_chain_jax.py -m \"slow or not slow\"` (torch in float64 and float32; JAX in all four "
+    "dtypes, eager: jitted, XLA fuses a whole layer differently from its separately compiled stages; negative "
+    "controls: a one-ulp drift, two stage bodies swapped in the layer)."
 )
 
 
