@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from pldr_ref.backends.stage_walk import LayerCache, walk_layer, walk_model
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
-from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import FIXED_G_KEY, Params
-from pldr_ref.registry import ALL_STAGES, OPS_BY_NAME
+from pldr_ref.registry import ALL_STAGES, OPS_BY_NAME, Stage
 from pldr_ref.switches import declared_switches
 
 #: Harness dtype names this backend computes in.
@@ -68,11 +68,11 @@ UNSUPPORTED_KINDS: dict[str, str] = {
 }
 UNSUPPORTED_STAGES: dict[str, str] = {}
 
-#: Layer trace entries in forward order (golden names ``layers.{l}.{entry}``).
-LAYER_ENTRIES = LAYER_STAGES
-
 #: Registry stage name -> Stage.
 STAGES_BY_NAME = {s.name: s for s in ALL_STAGES}
+
+#: The structure stage that builds a forward call's positions and mask.
+SEQUENCE_MASK = STAGES_BY_NAME["sequence_mask"]
 
 #: Activations a 16-bit run keeps in the float32 work dtype (see module docstring).
 WORK_HELD = ("A_LM", "A_P", "frozen_A_LM", "frozen_A_P", "a_lm")
@@ -106,6 +106,53 @@ def import_jax() -> Any:
     return jax
 
 
+#: The parameter prefix of the PLGA tensors of a layer (layer-relative names, :meth:`JaxBackend.layer_params`).
+PLGA = "mha1.plgatt_layer."
+
+
+def _sequence_mask(b: JaxBackend, P: Mapping[str, Any], c: Any, i: Mapping[str, Any], ids: Any) -> tuple[Any, Any]:
+    positions = b.call_positions(i.get("start_pos", 0), ids.shape[1])  # run eagerly: pad_masking is a Python flag
+    pad = b.key_padding(ids, c.pad_id, i.get("attention_mask"), bool(i.get("pad_masking", True)))
+    return positions, b.causal_padding_mask(positions, positions, pad)
+
+
+def _post_norm(norm: str) -> Any:
+    def run(b: JaxBackend, P: Mapping[str, Any], c: Any, i: Mapping[str, Any], y: Any, x: Any) -> tuple[Any]:
+        return (b.layer_norm(b.residual(y, x), P[f"{norm}.weight"], P[f"{norm}.bias"], c.eps_ln),)
+    return run
+
+
+#: Registry stage -> its JAX computation ``runner(backend, P, config, inputs, *stage_inputs)``: ``stage_inputs``
+#: are the stage's registry inputs (``Stage.inputs``, in order), ``inputs`` every value of the request (for the
+#: optional mask and Gram offset); it returns the stage's outputs in ``Stage.outputs`` order.  Every registry
+#: stage has an entry (``tests/test_engine_registry.py``).
+STAGE_RUNNERS: dict[str, Any] = {
+    "sequence_mask": _sequence_mask,
+    "embedding": lambda b, P, c, i, ids: (b.embed(P, c, ids),),
+    "input_norm": lambda b, P, c, i, embed: (
+        b.layer_norm(embed, P["decoder.layernorm1.weight"], P["decoder.layernorm1.bias"], c.eps_ln),),
+    "qkv_projection": lambda b, P, c, i, x: tuple(
+        b.split_heads(b.linear(x, P[f"mha1.{w}.weight"], P.get(f"mha1.{w}.bias")), c.num_heads)
+        for w in ("wq", "wk", "wv")),
+    "rope": lambda b, P, c, i, q, k, positions: tuple(
+        b.rope(x, positions, c.rope_layout, c.rope_precision, c.rope_base) for x in (q, k)),
+    "density_operator": lambda b, P, c, i, q_rot: (b.gram(q_rot, c.gram_mode, i.get("gram_offset")),),
+    "metric_learner": lambda b, P, c, i, a0: (b.metric_learner(P, "mha1.", a0, c),),
+    "metric_tensor": lambda b, P, c, i, a: (b.metric_tensor(a, P[f"{PLGA}Wlst"], P[f"{PLGA}blst"], c.eps_adj),),
+    "potential_tensor": lambda b, P, c, i, a_lm: (b.potential_tensor(a_lm, P[f"{PLGA}pwlst"]),),
+    "energy_curvature": lambda b, P, c, i, a_p: (b.energy_curvature(a_p, P[f"{PLGA}alst"], P[f"{PLGA}balst"]),),
+    "attention_scores": lambda b, P, c, i, q_rot, g_lm, k_rot: (b.attention_scores(q_rot, g_lm, k_rot),),
+    "masked_softmax": lambda b, P, c, i, scores: (
+        b.softmax(b.apply_mask(scores, i.get("mask"), c.mask_mode, c.mask_value)).astype(scores.dtype),),
+    "value_mix": lambda b, P, c, i, e, v: (b.merge_heads(b.mix_values(e, v)),),
+    "output_projection": lambda b, P, c, i, ctx: (b.linear(ctx, P["mha1.dense.weight"], P.get("mha1.dense.bias")),),
+    "post_attention_norm": _post_norm("layernorm1"),
+    "ffn": lambda b, P, c, i, out1: (b.glu(out1, P, "ffn."),),
+    "post_ffn_norm": _post_norm("layernorm2"),
+    "lm_head": lambda b, P, c, i, hidden: (b.lm_head(P, hidden),),
+}
+
+
 class JaxBackend:
     """PLDR-LLM in jitted ``jax.numpy`` on the CPU (see module docstring).
 
@@ -114,6 +161,9 @@ class JaxBackend:
     """
 
     name = "jax"
+
+    #: Registry stage -> its computation (:data:`STAGE_RUNNERS`): what an isolated stage, a layer and the forward run.
+    stage_runners: Mapping[str, Any] = STAGE_RUNNERS
 
     def __init__(self, jit: bool = True) -> None:
         jax = import_jax()
@@ -443,54 +493,32 @@ class JaxBackend:
 
     # ------------------------------------------------------------------ layer and model (jitted)
     def decoder_layer(self, P: Mapping[str, Any], feed: Mapping[str, Any], *, c: Any, dt: str) -> dict[str, Any]:
-        """Y = MHA_PLGA(X); O1 = LN1(Y + X); O2 = LN2(FFN(O1) + O1) with the cache hooks of spec §8.
+        """Y = MHA_PLGA(X); O1 = LN1(Y + X); O2 = LN2(FFN(O1) + O1) with the cache hooks of spec §8: the registry's
+        per-layer stages walked in order (:func:`pldr_ref.backends.stage_walk.walk_layer`), each run by its entry of
+        :attr:`stage_runners` -- the entry :meth:`stage` runs in isolation.
 
         ``feed``: ``x``, ``positions``, optional ``mask``, ``past_k``, ``past_v``, ``frozen_A``,
-        ``frozen_G_LM`` (+ ``frozen_A_LM``, ``frozen_A_P``), ``gram_offset``.
+        ``frozen_G_LM`` (+ ``frozen_A_LM``, ``frozen_A_P``), ``gram_offset``.  ``P``: this layer's parameters under
+        layer-relative names (:meth:`layer_params`).
         """
         jnp = self.jnp
-        pre, m = "", "mha1."  # P holds this layer's parameters under layer-relative names (see layer_params)
-        x, positions, mask = feed["x"], feed["positions"], feed.get("mask")
-        h = c.num_heads
-
-        def heads(w: str) -> Any:
-            return self.split_heads(self.linear(x, P[f"{m}{w}.weight"], P.get(f"{m}{w}.bias")), h)
-
-        q, k, v = heads("wq"), heads("wk"), heads("wv")
-        q_rot = self.rope(q, positions, c.rope_layout, c.rope_precision, c.rope_base)
-        k_rot = self.rope(k, positions, c.rope_layout, c.rope_precision, c.rope_base)
-        if feed.get("past_k") is not None:
-            k_rot = jnp.concatenate([feed["past_k"], k_rot], axis=2)
-            v = jnp.concatenate([feed["past_v"], v], axis=2)
-        a0 = a = None
+        x = feed["x"]
         frozen_g = feed.get("frozen_G_LM")
-        if feed.get("frozen_A") is not None:
-            a = feed["frozen_A"]
-        elif frozen_g is None or c.metric_learner != "none":
-            a0 = self.gram(q_rot, c.gram_mode, feed.get("gram_offset"))
-            if c.metric_learner != "none":
-                a = self.metric_learner(P, m, a0, c)
-        if frozen_g is not None:
-            a_lm, a_p, g_lm = feed.get("frozen_A_LM"), feed.get("frozen_A_P"), frozen_g
-        elif c.g_mode == "learned":
-            g = f"{m}plgatt_layer."
-            a_lm = self.metric_tensor(a, P[f"{g}Wlst"], P[f"{g}blst"], c.eps_adj)
-            a_p = self.potential_tensor(a_lm, P[f"{g}pwlst"])
-            g_lm = self.energy_curvature(a_p, P[f"{g}alst"], P[f"{g}balst"])
-        else:
-            a_lm = a_p = None
-            g_lm = jnp.broadcast_to(P[FIXED_G_KEY], (x.shape[0], h, c.d_k, c.d_k))
-        scores = self.attention_scores(q_rot, g_lm, k_rot)
-        e = self.softmax(self.apply_mask(scores, mask, c.mask_mode, c.mask_value)).astype(scores.dtype)
-        ctx = self.merge_heads(self.mix_values(e, v))
-        attn_out = self.linear(ctx, P[f"{m}dense.weight"], P.get(f"{m}dense.bias"))
-        out1 = self.layer_norm(self.residual(attn_out, x), P[f"{pre}layernorm1.weight"], P[f"{pre}layernorm1.bias"],
-                               c.eps_ln)
-        ffn_out = self.glu(out1, P, f"{pre}ffn.")
-        out2 = self.layer_norm(self.residual(ffn_out, out1), P[f"{pre}layernorm2.weight"],
-                               P[f"{pre}layernorm2.bias"], c.eps_ln)
-        values = (x, q, k, q_rot, k_rot, v, a0, a, a_lm, a_p, g_lm, scores, e, ctx, attn_out, out1, ffn_out, out2)
-        return {n: t for n, t in zip(LAYER_ENTRIES, values, strict=True) if t is not None}
+        cache = LayerCache(feed.get("past_k"), feed.get("past_v"), feed.get("frozen_A"),
+                           None if frozen_g is None else (feed.get("frozen_A_LM"), feed.get("frozen_A_P"), frozen_g),
+                           feed.get("gram_offset"))
+        values = {"x": x, "positions": feed["positions"], "mask": feed.get("mask")}
+        fixed_shape = (x.shape[0], c.num_heads, c.d_k, c.d_k)  # no PLGA parameters: the fixed G over the batch
+        return walk_layer(self.stage_caller(P, c), c, values, cache,
+                          fixed_g=lambda: jnp.broadcast_to(P[FIXED_G_KEY], fixed_shape),
+                          join_keys=lambda past, new: jnp.concatenate([past, new], axis=2))
+
+    def stage_caller(self, P: Mapping[str, Any], c: Any) -> Any:
+        """``run(stage, values)`` of the stage walk: the stage's entry of :attr:`stage_runners` on its registry
+        inputs read from ``values`` (``values`` also gives the optional mask and Gram offset)."""
+        def run(stage: Stage, values: Mapping[str, Any]) -> tuple[Any, ...]:
+            return self.stage_runners[stage.name](self, P, c, values, *(values[n] for n in stage.inputs))
+        return run
 
     def layer_params(self, P: Mapping[str, Any], li: int) -> dict[str, Any]:
         """Layer ``li``'s parameters under layer-relative names (``mha1.wq.weight`` ...) plus its fixed G
@@ -507,28 +535,26 @@ class JaxBackend:
 
     def forward(self, P: Mapping[str, Any], token_ids: Any, start_pos: Any, attention_mask: Any | None, *, c: Any,
                 dt: str, pad_masking: bool) -> dict[str, Any]:
-        """Full forward: trace with the golden names (``embed``, ``x0``, ``layers.{l}.*``, ``logits``)."""
-        s = token_ids.shape[1]
-        positions = self.call_positions(start_pos, s)
-        pad = self.key_padding(token_ids, c.pad_id, attention_mask, pad_masking)
-        mask = self.causal_padding_mask(positions, positions, pad)
-        emb = self.embed(P, c, token_ids)
-        x = self.layer_norm(emb, P["decoder.layernorm1.weight"], P["decoder.layernorm1.bias"], c.eps_ln)
-        out = {"embed": emb, "x0": x}
-        for li in range(c.num_layers):  # depth is sequential
-            t = self._layer(self.layer_params(P, li), {"x": x, "positions": positions, "mask": mask}, c=c, dt=dt)
-            out.update({f"layers.{li}.{k}": v for k, v in t.items()})
-            x = t["out2"]
-        out["logits"] = self.lm_head(P, x)
-        return out
+        """Full forward: trace with the golden names (``embed``, ``x0``, ``layers.{l}.*``, ``logits``): the
+        sequence mask, then the registry's model-level stages and the layers in order
+        (:func:`pldr_ref.backends.stage_walk.walk_model`), each stage run by its entry of :attr:`stage_runners`."""
+        run = self.stage_caller(P, c)
+        call = {"token_ids": token_ids, "start_pos": start_pos, "attention_mask": attention_mask,
+                "pad_masking": pad_masking}
+        positions, mask = run(SEQUENCE_MASK, call)
+
+        def layer(li: int, x: Any) -> dict[str, Any]:
+            return self._layer(self.layer_params(P, li), {"x": x, "positions": positions, "mask": mask}, c=c, dt=dt)
+
+        return walk_model(run, c.num_layers, {"token_ids": token_ids}, layer)
 
     def stage(self, P: Mapping[str, Any], i: Mapping[str, Any], *, name: str, c: Any, dt: str) -> dict[str, Any]:
         """One stage of the forward map from the golden upstream values ``i`` (leaf names); ``P``: the model's
         parameters, or one layer's under layer-relative names for a layer stage (:meth:`layer_params`).  The
-        stage's registry inputs (``Stage.inputs``) go to its entry of :data:`STAGE_RUNNERS`, whose results are
+        stage's registry inputs (``Stage.inputs``) go to its entry of :attr:`stage_runners`, whose results are
         named by the stage's registry outputs (``Stage.outputs``)."""
         stage = STAGES_BY_NAME.get(name)
-        runner = STAGE_RUNNERS.get(name)
+        runner = self.stage_runners.get(name)
         if stage is None or runner is None:
             raise Unsupported(f"stage {name!r} is not known to the JAX backend")
         out = runner(self, P, c, i, *(i[n] for n in stage.inputs))
@@ -569,53 +595,6 @@ class JaxBackend:
         if kind == "metric_learner":
             return {"out": self.metric_learner(P, m, i["a0"], c)}
         raise Unsupported(f"op kind {kind!r} is not implemented by the JAX backend")
-
-
-#: The parameter prefix of the PLGA tensors of a layer (layer-relative names, :meth:`JaxBackend.layer_params`).
-PLGA = "mha1.plgatt_layer."
-
-
-def _sequence_mask(b: JaxBackend, P: Mapping[str, Any], c: Any, i: Mapping[str, Any], ids: Any) -> tuple[Any, Any]:
-    positions = b.call_positions(i.get("start_pos", 0), ids.shape[1])  # run eagerly: pad_masking is a Python flag
-    pad = b.key_padding(ids, c.pad_id, i.get("attention_mask"), bool(i.get("pad_masking", True)))
-    return positions, b.causal_padding_mask(positions, positions, pad)
-
-
-def _post_norm(norm: str) -> Any:
-    def run(b: JaxBackend, P: Mapping[str, Any], c: Any, i: Mapping[str, Any], y: Any, x: Any) -> tuple[Any]:
-        return (b.layer_norm(b.residual(y, x), P[f"{norm}.weight"], P[f"{norm}.bias"], c.eps_ln),)
-    return run
-
-
-#: Registry stage -> its JAX computation ``runner(backend, P, config, inputs, *stage_inputs)``: ``stage_inputs``
-#: are the stage's registry inputs (``Stage.inputs``, in order), ``inputs`` every value of the request (for the
-#: optional mask and Gram offset); it returns the stage's outputs in ``Stage.outputs`` order.  Every registry
-#: stage has an entry (``tests/test_engine_registry.py``).
-STAGE_RUNNERS: dict[str, Any] = {
-    "sequence_mask": _sequence_mask,
-    "embedding": lambda b, P, c, i, ids: (b.embed(P, c, ids),),
-    "input_norm": lambda b, P, c, i, embed: (
-        b.layer_norm(embed, P["decoder.layernorm1.weight"], P["decoder.layernorm1.bias"], c.eps_ln),),
-    "qkv_projection": lambda b, P, c, i, x: tuple(
-        b.split_heads(b.linear(x, P[f"mha1.{w}.weight"], P.get(f"mha1.{w}.bias")), c.num_heads)
-        for w in ("wq", "wk", "wv")),
-    "rope": lambda b, P, c, i, q, k, positions: tuple(
-        b.rope(x, positions, c.rope_layout, c.rope_precision, c.rope_base) for x in (q, k)),
-    "density_operator": lambda b, P, c, i, q_rot: (b.gram(q_rot, c.gram_mode, i.get("gram_offset")),),
-    "metric_learner": lambda b, P, c, i, a0: (b.metric_learner(P, "mha1.", a0, c),),
-    "metric_tensor": lambda b, P, c, i, a: (b.metric_tensor(a, P[f"{PLGA}Wlst"], P[f"{PLGA}blst"], c.eps_adj),),
-    "potential_tensor": lambda b, P, c, i, a_lm: (b.potential_tensor(a_lm, P[f"{PLGA}pwlst"]),),
-    "energy_curvature": lambda b, P, c, i, a_p: (b.energy_curvature(a_p, P[f"{PLGA}alst"], P[f"{PLGA}balst"]),),
-    "attention_scores": lambda b, P, c, i, q_rot, g_lm, k_rot: (b.attention_scores(q_rot, g_lm, k_rot),),
-    "masked_softmax": lambda b, P, c, i, scores: (
-        b.softmax(b.apply_mask(scores, i.get("mask"), c.mask_mode, c.mask_value)).astype(scores.dtype),),
-    "value_mix": lambda b, P, c, i, e, v: (b.merge_heads(b.mix_values(e, v)),),
-    "output_projection": lambda b, P, c, i, ctx: (b.linear(ctx, P["mha1.dense.weight"], P.get("mha1.dense.bias")),),
-    "post_attention_norm": _post_norm("layernorm1"),
-    "ffn": lambda b, P, c, i, out1: (b.glu(out1, P, "ffn."),),
-    "post_ffn_norm": _post_norm("layernorm2"),
-    "lm_head": lambda b, P, c, i, hidden: (b.lm_head(P, hidden),),
-}
 
 
 __all__ = ["JAX_DTYPES", "OP_KINDS", "STAGE_RUNNERS", "JaxBackend", "import_jax"]

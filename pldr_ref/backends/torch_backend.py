@@ -35,13 +35,14 @@ from typing import Any
 
 import numpy as np
 
+from pldr_ref.backends.stage_walk import LayerCache, walk_layer, walk_model
 from pldr_ref.backends.torch_cases import GENERATION_MODES, HF_IGNORE_INDEX, TorchCases
 from pldr_ref.backends.torch_math import TorchMath
 from pldr_ref.env_vars import read_env
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.params import FIXED_G_KEY, Params
-from pldr_ref.registry import ALL_STAGES, op_kinds
+from pldr_ref.registry import ALL_STAGES, Stage, op_kinds
 from pldr_ref.switches import declared_switches
 
 #: Every op kind of the fixture suite that this backend runs (plus ``decoder_layer``, ``forward``).
@@ -61,6 +62,9 @@ UNSUPPORTED_STAGES: dict[str, str] = {}
 
 #: Registry stage name -> Stage.
 STAGES_BY_NAME = {s.name: s for s in ALL_STAGES}
+
+#: The attention core a fused kernel computes as one call in a layer (:meth:`TorchBackend.fuses_attention`).
+ATTENTION_CORE = ("attention_scores", "masked_softmax", "value_mix")
 
 #: Number of (parameters, dtype) conversions kept on the device.
 PARAMS_CACHE_SIZE = 4
@@ -85,22 +89,29 @@ class StageWeights:
 
 
 class StageExtras:
-    """The optional values of a stage request beyond the stage's registry inputs (the mask, a cumulative Gram's
-    offset, the keys of the density operator's row hook, the sequence-mask call arguments)."""
+    """The optional values of a stage beyond its registry inputs (the mask, a cumulative Gram's offset, the keys of
+    the density operator's row hook, the sequence-mask call arguments): a request's NumPy values (converted on use)
+    or, inside a layer, the layer's tensors (used as they are)."""
 
-    def __init__(self, backend: TorchBackend, inputs: Mapping[str, np.ndarray], dt: Any) -> None:
+    def __init__(self, backend: TorchBackend, inputs: Mapping[str, Any], dt: Any) -> None:
         self.backend, self.inputs, self.dt = backend, inputs, dt
 
     def tensor(self, name: str) -> Any:
-        """The input as a tensor in the compute dtype, or None when the request lacks it."""
-        return self.backend.tensor(self.inputs[name], self.dt) if name in self.inputs else None
+        """The value as a tensor in the compute dtype, or None when absent."""
+        value = self.inputs.get(name)
+        if value is None or isinstance(value, self.backend.torch.Tensor):
+            return value
+        return self.backend.tensor(value, self.dt)
 
     def mask(self) -> Any:
         """The boolean mask (True = forbidden), or None."""
-        return self.backend.tensor(self.inputs["mask"]).bool() if "mask" in self.inputs else None
+        value = self.inputs.get("mask")
+        if value is None:
+            return None
+        return (value if isinstance(value, self.backend.torch.Tensor) else self.backend.tensor(value)).bool()
 
     def raw(self, name: str, default: Any = None) -> Any:
-        """The input as given (a NumPy value), or ``default``."""
+        """The value as given (a NumPy value of a request), or ``default``."""
         return self.inputs.get(name, default)
 
 
@@ -335,50 +346,44 @@ class TorchBackend(TorchCases, TorchMath):
     def decoder_layer(self, P: Mapping[str, Any], layer: int, x: Any, config: Any, *, positions: Any, mask: Any,
                       past_k: Any = None, past_v: Any = None, frozen_A: Any = None,
                       frozen_G: tuple[Any, Any, Any] | None = None, gram_offset: Any = None) -> dict[str, Any]:
-        """Y = MHA_PLGA(X); O1 = LN1(Y + X); O2 = LN2(FFN(O1) + O1), with the cache hooks of the spec §8.
+        """Y = MHA_PLGA(X); O1 = LN1(Y + X); O2 = LN2(FFN(O1) + O1), with the cache hooks of the spec §8: the
+        registry's per-layer stages walked in order (:func:`pldr_ref.backends.stage_walk.walk_layer`), each run by
+        its entry of :attr:`stage_runners` -- the entry :meth:`run_stage` runs in isolation.
 
         Returns the trace entries of :data:`LAYER_ENTRIES` (those that exist) as torch tensors.
         """
-        c = config
-        pre = f"decoder.dec_layers.{layer}."
-        m = f"{pre}mha1."
-        h = c.num_heads
-        q = self.split_heads(self.linear(x, P[f"{m}wq.weight"], P.get(f"{m}wq.bias")), h)
-        k = self.split_heads(self.linear(x, P[f"{m}wk.weight"], P.get(f"{m}wk.bias")), h)
-        v = self.value_rows(self.split_heads(self.linear(x, P[f"{m}wv.weight"], P.get(f"{m}wv.bias")), h), positions, c)
-        q_rot = self.rope(q, positions, c)
-        k_rot = k_new = self.rope(k, positions, c)
-        if past_k is not None:
-            k_rot = self.torch.cat([past_k, k_rot], dim=2)
-            v = self.torch.cat([past_v, v], dim=2)
-        a0 = a = None
-        if frozen_A is not None:
-            a = frozen_A
-        elif frozen_G is None or c.metric_learner != "none":
-            a0 = self.gram(self.gram_rows(q_rot, k_new), c, gram_offset)
-            if c.metric_learner != "none":
-                a = self.metric_learner(P, pre, a0, c)
-        if frozen_G is not None:
-            a_lm, a_p, g_lm = frozen_G
-        elif c.g_mode == "learned":
-            g = f"{m}plgatt_layer."
-            a_lm = self.metric_tensor(a, P[f"{g}Wlst"], P[f"{g}blst"], c.eps_adj)
-            a_p = self.potential_tensor(a_lm, P[f"{g}pwlst"])
-            g_lm = self.energy_curvature(a_p, P[f"{g}alst"], P[f"{g}balst"])
-        else:
-            a_lm = a_p = None
-            fixed = P[FIXED_G_KEY][layer, 2, 0]
-            g_lm = fixed.expand(x.shape[0], *fixed.shape).clone()
-        scores, e, z = self.attention(q_rot, g_lm, k_rot, v, mask, c)
-        ctx = self.merge_heads(z)
-        attn_out = self.linear(ctx, P[f"{m}dense.weight"], P.get(f"{m}dense.bias"))
-        out1 = self.layer_norm(self.residual(attn_out, x), P[f"{pre}layernorm1.weight"], P[f"{pre}layernorm1.bias"],
-                               c.eps_ln)
-        ffn_out = self.glu(out1, P, f"{pre}ffn.")
-        out2 = self.layer_norm(self.residual(ffn_out, out1), P[f"{pre}layernorm2.weight"], P[f"{pre}layernorm2.bias"],
-                               c.eps_ln)
-        values = (x, q, k, q_rot, k_rot, v, a0, a, a_lm, a_p, g_lm, scores, e, ctx, attn_out, out1, ffn_out, out2)
-        return {n: t for n, t in zip(LAYER_ENTRIES, values, strict=True) if t is not None}
+        weights = StageWeights(P, f"decoder.dec_layers.{layer}.")
+        fused: dict[str, Any] = {}
+
+        def run(stage: Stage, values: Mapping[str, Any]) -> tuple[Any, ...]:
+            if stage.name in ATTENTION_CORE and self.fuses_attention():  # one fused call for the three stages
+                if not fused:
+                    scores, e, z = self.attention(values["q_rot"], values["G_LM"], values["k_rot"], values["v"],
+                                                  values["mask"], config)
+                    fused.update(scores=scores, E=e, ctx=self.merge_heads(z))
+                return tuple(fused[o] for o in stage.outputs)
+            return self.stage_runners[stage.name](self, weights, config, StageExtras(self, values, None),
+                                                  *(values[n] for n in stage.inputs))
+
+        def glue(name: str, values: dict[str, Any]) -> None:
+            if name == "qkv_projection":  # layer glue: the values as the attention reads them
+                values["v"] = self.value_rows(values["v"], values["positions"], config)
+
+        cache = LayerCache(past_k, past_v, frozen_A, frozen_G, gram_offset)
+        return walk_layer(run, config, {"x": x, "positions": positions, "mask": mask}, cache,
+                          fixed_g=lambda: self.fixed_g(P, layer, x.shape[0]),
+                          join_keys=lambda past, new: self.torch.cat([past, new], dim=2), after_stage=glue)
+
+    def fixed_g(self, P: Mapping[str, Any], layer: int, batch: int) -> Any:
+        """G_LM without PLGA parameters (``g_mode`` identity / random / external): the layer's fixed [H, d_k, d_k]
+        operator repeated over the batch."""
+        fixed = P[FIXED_G_KEY][layer, 2, 0]
+        return fixed.expand(batch, *fixed.shape).clone()
+
+    def fuses_attention(self) -> bool:
+        """True when a subclass replaces :meth:`attention` (a fused kernel): a layer then runs the stages of
+        :data:`ATTENTION_CORE` as that one call."""
+        return type(self).attention is not TorchBackend.attention
 
     def attention(self, q_rot: Any, g_lm: Any, k_rot: Any, v: Any, mask: Any, config: Any) -> tuple[Any, Any, Any]:
         """(scores, E, Z = E V per head): the attention core of a layer, one equation at a time (a fused kernel,
@@ -432,27 +437,27 @@ class TorchBackend(TorchCases, TorchMath):
         ids = self.tensor(np.asarray(token_ids))
         s = ids.shape[1]
         cumulative = c.gram_mode == "cumulative"
-        if kv is None:
-            positions = self.call_positions(start_pos, s)
-        else:
-            positions = self.cached_positions(int(kv["layers"][0]["k_rot"].shape[2]), s)
+        weights = StageWeights(P, "")
+
+        def run(stage: Stage, values: Mapping[str, Any]) -> tuple[Any, ...]:
+            return self.stage_runners[stage.name](self, weights, c, StageExtras(self, values, None),
+                                                  *(values[n] for n in stage.inputs))
+
         pad = self.key_padding(ids, c, attention_mask, pad_masking)
-        if kv is None:
-            mask = self.causal_padding_mask(positions, positions, pad)
-        elif cached_mask == "none":
+        if kv is None:  # the sequence-mask stage
+            call = {"start_pos": start_pos, "attention_mask": attention_mask, "pad_masking": pad_masking}
+            positions, mask = run(STAGES_BY_NAME["sequence_mask"], {"token_ids": ids, **call})
+        else:  # a cached step: new rows after the cache, and (HF) the mask over cached and new keys
+            positions = self.cached_positions(int(kv["layers"][0]["k_rot"].shape[2]), s)
             mask = None
-        else:
+        if kv is not None and cached_mask != "none":
             t_all = int(kv["layers"][0]["k_rot"].shape[2]) + s
             keys = torch.arange(t_all, device=self.device)
             mask = self.causal_padding_mask(positions, keys, torch.cat([kv["key_padding"], pad], dim=1))
-        trace: dict[str, Any] = {}
-        x = self.embed(P, c, ids)
-        trace["embed"] = x
-        x = self.layer_norm(x, P["decoder.layernorm1.weight"], P["decoder.layernorm1.bias"], c.eps_ln)
-        trace["x0"] = x
         new_layers = []
         new_g = []
-        for i in range(c.num_layers):  # depth is sequential
+
+        def layer(i: int, x: Any) -> dict[str, Any]:
             lk = None if kv is None else kv["layers"][i]
             t = self.decoder_layer(
                 P, i, x, c, positions=positions, mask=mask,
@@ -461,12 +466,12 @@ class TorchBackend(TorchCases, TorchMath):
                 frozen_G=self.frozen_g(g_cache, i, cached_step),
                 gram_offset=None if lk is None or not cumulative else lk["gram"],
             )
-            trace.update({f"layers.{i}.{n}": v for n, v in t.items()})
             new_layers.append({"k_rot": t["k_rot"], "v": t["v"], "A": None if cumulative else t.get("A"),
                                "gram": t["A0"][:, :, -1] if cumulative else None})
             new_g.append((t.get("A_LM"), t.get("A_P"), t["G_LM"]))
-            x = t["out2"]
-        trace["logits"] = self.lm_head(P, x)
+            return t
+
+        trace = walk_model(run, c.num_layers, {"token_ids": ids}, layer)
         all_pad = pad if kv is None else torch.cat([kv["key_padding"], pad], dim=1)
         new_kv = {"layers": new_layers, "key_padding": all_pad}
         out_g = None if cumulative else (g_cache if g_cache is not None else new_g)

@@ -128,6 +128,19 @@ def run_tasks(tasks: list[str], jobs: int, workdir: Path) -> dict[str, Any]:
         return dict(pool.map(lambda it: one(*it), enumerate(tasks)))
 
 
+#: The report's paragraph on how the torch and JAX engines compose a layer (issue 32, item 4).
+COMPOSITION = (
+    "One composition per engine: the torch and JAX backends (and the Triton one, torch's with a fused attention "
+    "core) build a decoder layer and a forward by walking the registry's stages in order "
+    "(`pldr_ref/backends/stage_walk.py`, with the cache hooks of spec §8), each stage run by the engine's own stage "
+    "table (`STAGE_RUNNERS`), the entry an isolated stage request runs too. So a whole case equals, bit for bit, the "
+    "engine's isolated stages chained by hand: `python -m pytest tests/test_engine_stage_chain_torch.py "
+    "tests/test_engine_stage_chain_jax.py -m \"slow or not slow\"` (torch in float64 and float32; JAX in all four "
+    "dtypes, eager: jitted, XLA fuses a whole layer differently from its separately compiled stages; negative "
+    "controls: a one-ulp drift, two stage bodies swapped in the layer)."
+)
+
+
 def markdown(runs: dict[tuple[str, str], dict[str, Any]], mutations: list[dict[str, Any]] | None,
              figure: str | None, command: str, jobs: int = 1, timeout: float | None = None) -> str:
     """The report text."""
@@ -152,6 +165,8 @@ def markdown(runs: dict[tuple[str, str], dict[str, Any]], mutations: list[dict[s
         "onnx), reported with the reason, never skipped silently. not_judgeable is \"not covered\": an output the "
         "dtype cannot resolve end to end, never a pass and never a failure (`docs/tolerances.md`); every row with "
         "0 fail and 0 error exits 0.",
+        "",
+        COMPOSITION,
         "",
         f"Machine: {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} CPU(s). "
         "Run times are wall-clock seconds of the whole suite in one dtype, compilation (XLA, Triton's interpreter) "

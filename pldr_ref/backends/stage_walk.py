@@ -1,0 +1,133 @@
+"""The one composition of the engines (torch, JAX): a decoder layer and a model forward walk the registry's stages
+(:data:`pldr_ref.registry.FORWARD_STAGES`) in forward order, and each stage is computed by the engine's own entry of
+its stage table -- the same entry an isolated stage request runs.  So an engine writes every stage body once, and
+its layer cannot drift from its isolated stages (``tests/test_engine_stage_chain_torch_jax.py`` checks them bit for
+bit).
+
+The walk owns the data flow between stages, written once for every engine: the values are named by the trace names
+of ``Stage.inputs`` / ``Stage.outputs``; the cache hooks of spec §8 (:class:`LayerCache`) prepend cached keys and
+values to the new rows and replace the stages a frozen A or G makes unnecessary (:func:`replaced_stages`); a G_LM
+without PLGA parameters (``g_mode`` identity / random / external) comes from the engine's ``fixed_g``.  The engine
+gives how to run one stage (its table, weights and extra values) and how to join two tensors along the key axis.
+Array-library free: imports neither torch nor JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
+
+from pldr_ref.layer import LAYER_STAGES
+from pldr_ref.registry import FORWARD_STAGES, Stage
+
+#: The per-layer stages in forward (registry) order: the walk of one decoder layer.
+LAYER_STAGE_ORDER: tuple[Stage, ...] = tuple(s for s in FORWARD_STAGES if s.per_layer)
+
+#: The model-level stages before the layers (embedding, input norm) and after them (LM head), in registry order.
+MODEL_HEAD_STAGES: tuple[Stage, ...] = tuple(
+    s for s in FORWARD_STAGES[:FORWARD_STAGES.index(LAYER_STAGE_ORDER[0])] if not s.per_layer)
+MODEL_TAIL_STAGES: tuple[Stage, ...] = tuple(
+    s for s in FORWARD_STAGES[FORWARD_STAGES.index(LAYER_STAGE_ORDER[-1]):] if not s.per_layer)
+
+#: The trace name of a layer's output, and the name the first tail stage reads it under.
+LAYER_OUTPUT, MODEL_HIDDEN, MODEL_INPUT = "out2", "hidden", "x0"
+
+#: Trace entries that have cached rows in front of the new ones under a KV cache: entry -> LayerCache field.
+PAST_ROWS = {"k_rot": "past_k", "v": "past_v"}
+
+#: The stages a frozen A (KV cache of the global Gram) replaces: A is the cache's, A0 is not computed.
+FROZEN_A_STAGES = ("density_operator", "metric_learner")
+
+#: The stages a frozen G (G cache) replaces: A_LM, A_P and G_LM are the cache's.
+FROZEN_G_STAGES = ("metric_tensor", "potential_tensor", "energy_curvature")
+
+#: The frozen-G entries, in the order of :attr:`LayerCache.frozen_G`.
+FROZEN_G_ENTRIES = ("A_LM", "A_P", "G_LM")
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerCache:
+    """The cache hooks of one layer call (spec §8), in the engine's arrays: ``past_k`` (rotated) and ``past_v``
+    [B, H, T0, d_k] prepended to the new rows; ``frozen_A`` replaces the Gram and metric learner (KV cache);
+    ``frozen_G`` = (A_LM, A_P, G_LM) replaces PLGA (G cache; A_LM / A_P may be None); ``gram_offset``: the Gram of
+    earlier rows (cumulative Gram), read by the density operator's entry."""
+
+    past_k: Any = None
+    past_v: Any = None
+    frozen_A: Any = None
+    frozen_G: tuple[Any, Any, Any] | None = None
+    gram_offset: Any = None
+
+
+def replaced_stages(config: Any, cache: LayerCache) -> frozenset[str]:
+    """The per-layer stages the cache hooks replace: :data:`FROZEN_A_STAGES` under a frozen A;
+    :data:`FROZEN_G_STAGES` under a frozen G, and with them the density operator when no metric learner reads its
+    A0 (a metric learner still runs on the new rows, as :func:`pldr_ref.layer.decoder_layer` does)."""
+    out: set[str] = set()
+    if cache.frozen_A is not None:
+        out.update(FROZEN_A_STAGES)
+    if cache.frozen_G is not None:
+        out.update(FROZEN_G_STAGES)
+        learner = next(s for s in LAYER_STAGE_ORDER if s.name == "metric_learner")
+        if not learner.enabled(config):
+            out.add("density_operator")
+    return frozenset(out)
+
+
+def walk_layer(run: Callable[[Stage, MutableMapping[str, Any]], tuple[Any, ...]], config: Any,
+               values: MutableMapping[str, Any], cache: LayerCache, *, fixed_g: Callable[[], Any],
+               join_keys: Callable[[Any, Any], Any],
+               after_stage: Callable[[str, MutableMapping[str, Any]], None] | None = None) -> dict[str, Any]:
+    """One decoder layer: every enabled per-layer stage in registry order, run by ``run(stage, values)`` (which
+    reads the stage's inputs from ``values`` and returns its outputs in ``Stage.outputs`` order).
+
+    ``values`` holds ``x``, ``positions`` and the optional ``mask`` on entry; ``after_stage(name, values)`` is the
+    engine's glue after a stage (before cached rows are prepended); ``join_keys(past, new)`` concatenates along
+    the key axis (2).  Returns the trace entries of :data:`pldr_ref.layer.LAYER_STAGES` that exist, in that order.
+    """
+    skip = replaced_stages(config, cache)
+    if cache.frozen_A is not None:
+        values["A"] = cache.frozen_A
+    if cache.frozen_G is not None:
+        values.update(zip(FROZEN_G_ENTRIES, cache.frozen_G, strict=True))
+    values["gram_offset"] = cache.gram_offset
+    for stage in LAYER_STAGE_ORDER:
+        if stage.name in skip or not stage.enabled(config):
+            continue
+        if "G_LM" in stage.inputs and values.get("G_LM") is None:  # no PLGA parameters, no G cache
+            values["G_LM"] = fixed_g()
+        values.update(zip(stage.outputs, run(stage, values), strict=True))
+        if after_stage is not None:
+            after_stage(stage.name, values)
+        for entry, field in PAST_ROWS.items():
+            past = getattr(cache, field)
+            if entry in stage.outputs and past is not None:
+                values[entry] = join_keys(past, values[entry])
+    return {n: values[n] for n in LAYER_STAGES if values.get(n) is not None}
+
+
+def walk_model(run: Callable[[Stage, MutableMapping[str, Any]], tuple[Any, ...]], num_layers: int,
+               values: MutableMapping[str, Any], layer: Callable[[int, Any], Mapping[str, Any]]) -> dict[str, Any]:
+    """The depth loop: the model-level head stages (embedding, input norm), then ``layer(i, x)`` for each layer
+    (its trace; the next layer reads its ``out2``), then the tail stages (LM head) on the last output.
+
+    ``values`` holds the head's inputs (``token_ids``); ``run(stage, values)`` as in :func:`walk_layer`.  Returns
+    the trace with the golden names: the head's and tail's outputs and ``layers.{i}.{entry}``.
+    """
+    trace: dict[str, Any] = {}
+    for stage in MODEL_HEAD_STAGES:
+        out = dict(zip(stage.outputs, run(stage, values), strict=True))
+        values.update(out)
+        trace.update(out)
+    x = values[MODEL_INPUT]
+    for i in range(num_layers):  # depth is sequential
+        t = layer(i, x)
+        trace.update({f"layers.{i}.{n}": v for n, v in t.items()})
+        x = t[LAYER_OUTPUT]
+    values[MODEL_HIDDEN] = x
+    for stage in MODEL_TAIL_STAGES:
+        out = dict(zip(stage.outputs, run(stage, values), strict=True))
+        values.update(out)
+        trace.update(out)
+    return trace
