@@ -6,11 +6,12 @@ name, input tensors, scalar arguments, outputs, its float64 function (when it is
 the forward stage it implements, the names of its float64 runner (:mod:`pldr_ref.fixtures.runners`)
 and exact runner (:mod:`pldr_ref.fixtures.exact_tier`, :mod:`pldr_ref.exact.op_api`), and its reference.
 
-Every other table derives from here: ``pldr_ref.stages.FORWARD_STAGES`` / ``STRUCTURE_STAGES`` /
-``OP_FUNCTIONS``, ``pldr_ref.harness.localize.STAGE_INPUTS``, the torch backend's ``STAGE_NAMES``,
-``OP_KINDS`` and ``SCORING_KINDS``, ``pldr_ref.harness.tolerance.SINGLE_STAGE_KINDS``, the float64
-runner table ``pldr_ref.fixtures.runners.RUNNERS`` (by runner name) and the exact-tier table
-``pldr_ref.fixtures.exact_tier.EXACT_RUNNERS`` (exact op called with the registry's inputs and arguments);
+Every other table derives from here: ``FORWARD_STAGES`` / ``STRUCTURE_STAGES`` / ``OP_FUNCTIONS`` and
+:func:`stage_of_output` (used by ``docs/equations.md``, the fixture coverage and stage localisation),
+``pldr_ref.harness.localize.STAGE_INPUTS``, the torch backend's ``STAGE_NAMES``, ``OP_KINDS`` and ``SCORING_KINDS``,
+``pldr_ref.harness.tolerance.SINGLE_STAGE_KINDS``, the float64 runner table ``pldr_ref.fixtures.runners.RUNNERS`` (by
+runner name) and the exact-tier table ``pldr_ref.fixtures.exact_tier.EXACT_RUNNERS`` (exact op called with the
+registry's inputs and arguments);
 ``exact.op_api.OPS`` is checked against it (``tests/test_harness_registry.py``).  Adding a stage or an op is
 one entry here plus its functions.
 
@@ -297,6 +298,18 @@ class DepthLoop:
 #: The depth loop's chaining (trace names of the float64 forward map).
 DEPTH_LOOP = DepthLoop(model_input="x0", layer_input=Output("x", ROW, ROWS_OWN), layer_output="out2",
                        model_output="hidden")
+
+
+def stage_of_output(trace_name: str) -> Stage:
+    """The stage producing trace entry ``trace_name`` (``layers.{l}.X`` or a top-level name); a layer's input
+    (:attr:`DepthLoop.layer_input`) is attributed to the stage leaving the layers' input (the input norm)."""
+    leaf = trace_name.rsplit(".", 1)[-1]
+    for stage in FORWARD_STAGES:
+        if leaf in stage.outputs:
+            return stage
+    if leaf == DEPTH_LOOP.layer_input.name:
+        return stage_of_output(DEPTH_LOOP.model_input)
+    raise KeyError(f"no stage produces trace entry {trace_name!r}")
 
 
 def _layered() -> tuple[int, int]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pldr_ref import config as config_module
-from pldr_ref.stages import FORWARD_STAGES, OP_FUNCTIONS
+from pldr_ref.registry import FORWARD_STAGES, OP_FUNCTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "equations.md"

@@ -14,7 +14,7 @@ from pldr_ref.config import G_MODES, GRAM_MODES, MASK_MODES, METRIC_LEARNERS, RO
 from pldr_ref.fixtures.runners import RUNNERS
 from pldr_ref.fixtures.suite import CACHE_MODES, build_suite
 from pldr_ref.inference.modes import NATIVE_MODES
-from pldr_ref.stages import FORWARD_STAGES, OP_FUNCTIONS, Stage
+from pldr_ref.registry import FORWARD_STAGES, OP_FUNCTIONS, Stage
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

@@ -11,7 +11,7 @@ from pldr_ref.fixtures.exact_tier import EXACT_RUNNERS
 from pldr_ref.fixtures.runners import RUNNERS
 from pldr_ref.harness.localize import STAGE_INPUTS
 from pldr_ref.harness.tolerance import SINGLE_STAGE_KINDS
-from pldr_ref.stages import FORWARD_STAGES, OP_FUNCTIONS, STRUCTURE_STAGES
+from pldr_ref.registry import FORWARD_STAGES, OP_FUNCTIONS, STRUCTURE_STAGES
 
 
 def test_stage_tables_derive_from_the_registry():

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pldr_ref.layer import LAYER_STAGES
-from pldr_ref.stages import stage_of_output
+from pldr_ref.registry import stage_of_output
 
 #: Layouts a source may have, and how the golden layout follows from it.  ``same``: the golden layout;
 #: ``bshd``: heads ``[B, S, H, d_k]`` (golden ``[B, H, S, d_k]``); ``bs(hd)``: heads not yet split,

@@ -4,7 +4,7 @@ Independent of the float64 functions (only ``PLDRConfig`` / ``Params`` structure
 
 * :func:`forward` - full forward trace (``embed``, ``x0``, ``layers.{l}.{stage}``, ``logits``),
   each value the computed real rounded once to binary64, guarded by a ``2 * dps`` re-run;
-* :func:`exact_op` - op-level exact values on NumPy inputs (names of ``pldr_ref.stages.OP_FUNCTIONS``);
+* :func:`exact_op` - op-level exact values on NumPy inputs (names of ``pldr_ref.registry.OP_FUNCTIONS``);
 * :func:`blockwise_loss` - blockwise cross-entropy and DAG terms;
 * :mod:`pldr_ref.exact.certified` - interval enclosures of the elementwise ops;
 * :mod:`pldr_ref.exact.numbers` - exact float64 <-> mpf conversion and correct rounding;

@@ -1,7 +1,7 @@
 """Op-level exact functions on NumPy inputs returning correctly rounded float64 arrays.
 
 ``exact_op(name, **inputs)`` mirrors the float64 op of the same name in
-:data:`pldr_ref.stages.OP_FUNCTIONS` (same argument names and shapes), evaluates it in the
+:data:`pldr_ref.registry.OP_FUNCTIONS` (same argument names and shapes), evaluates it in the
 exact tier at ``dps`` digits, checks it against ``2 * dps`` (``guard``) and rounds each value
 once to binary64.  Overflow of the exact value rounds to +-inf, as IEEE 754 prescribes.
 """

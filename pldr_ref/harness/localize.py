@@ -2,7 +2,7 @@
 and find the first one that fails.
 
 For a model (``forward``) or layer (``decoder_layer``) case the golden trace holds every
-intermediate, so each stage of ``pldr_ref.stages.FORWARD_STAGES`` can be fed exactly the golden
+intermediate, so each stage of ``pldr_ref.registry.FORWARD_STAGES`` can be fed exactly the golden
 values it would see in a perfect run (``STAGE_INPUTS``) and judged on its own outputs.  A wrong
 equation then shows up at its own stage and nowhere earlier, whatever it does downstream.
 Stages are walked in forward order (embedding, input_norm, the layer stages of layer 0, of layer
@@ -40,6 +40,7 @@ from pldr_ref.params import Params
 from pldr_ref.registry import (
     ALL_STAGES,
     DEPTH_LOOP,
+    FORWARD_STAGES,
     HEAD_KEY,
     HEAD_ROW,
     MODEL_STAGES_AFTER,
@@ -47,7 +48,6 @@ from pldr_ref.registry import (
     Stage,
 )
 from pldr_ref.registry import stage as registry_stage
-from pldr_ref.stages import FORWARD_STAGES
 
 #: Upstream golden values each stage is guaranteed to receive (leaf names; ``mask`` is added when
 #: the case has one, ``gram_offset`` for a cumulative Gram with cached rows) -- from :mod:`pldr_ref.registry`.

@@ -80,8 +80,8 @@ class Capabilities:
     """What a backend can run.
 
     dtypes: compute dtypes (subset of :data:`DTYPES`); kinds: case kinds it runs end to end
-    (``forward``, ``decoder_layer``, op names of ``pldr_ref.stages.OP_FUNCTIONS``, cache kinds);
-    stages: ``pldr_ref.stages.FORWARD_STAGES`` names it can run in isolation; caches: subset of
+    (``forward``, ``decoder_layer``, op names of ``pldr_ref.registry.OP_FUNCTIONS``, cache kinds);
+    stages: ``pldr_ref.registry.FORWARD_STAGES`` names it can run in isolation; caches: subset of
     :data:`CACHE_FEATURES`; switches: PLDRConfig switch -> supported values (a switch absent
     here means "every value"; G modes are declared as ``switches={"g_mode": (...)}``); full_trace:
     returns every trace entry, not only the primary outputs; position_ids: honours per-row RoPE

@@ -59,8 +59,7 @@ from pldr_ref.harness.tolerance import (
 )
 from pldr_ref.harness.unresolved_upstream import mark_unresolved_dependents
 from pldr_ref.layer import LAYER_STAGES
-from pldr_ref.registry import CACHES, MODEL_OUTPUTS_AFTER, MODEL_OUTPUTS_BEFORE, output_declaration
-from pldr_ref.stages import stage_of_output
+from pldr_ref.registry import CACHES, MODEL_OUTPUTS_AFTER, MODEL_OUTPUTS_BEFORE, output_declaration, stage_of_output
 
 CASE_STATUSES = ("pass", "fail", "error", "not_judgeable", "unsupported", "not_applicable")
 

@@ -1,7 +1,7 @@
 """Op-level certified values through the arb engine, on float64 inputs (names of ``pldr_ref.exact.exact_op``).
 
 ``arb_op(name, *args, **kwargs)`` takes the arguments of the float64 op of the same name
-(:data:`pldr_ref.stages.OP_FUNCTIONS`), evaluates it in ball arithmetic under Ziv's strategy and
+(:data:`pldr_ref.registry.OP_FUNCTIONS`), evaluates it in ball arithmetic under Ziv's strategy and
 returns the float64 array of certified correctly rounded values (``UncertifiedError`` if some value
 stays undecided at ``max_prec``); :func:`arb_op_certified` returns the :class:`Certified` record.
 Entries that are not real numbers of the op (-inf of an ``ideal`` mask, the zero weight of a -inf
