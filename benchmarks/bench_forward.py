@@ -84,7 +84,7 @@ def product_shapes(c: PLDRConfig, batch: int, seq: int) -> list[tuple[tuple[int,
     """Every matrix product of one forward pass as (left shape, right shape, count), matching :func:`forward_flops`.
 
     Leading axes are batch axes (NumPy matmul broadcasting); the weights' transposes are taken as views, as
-    ``pldr_ref.glu.linear`` does.
+    ``pldr_ref.linear_map.linear`` does.
     """
     b, s, d, h, dk = batch, seq, c.d_model, c.num_heads, c.d_k
     rows, width = b * h * dk, c.metric_width

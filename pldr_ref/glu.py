@@ -1,27 +1,12 @@
-"""Affine maps and the SwiGLU gated linear unit (spec §2.3)."""
+"""The SwiGLU gated linear unit (spec §2.3), built from the affine map :func:`pldr_ref.linear_map.linear`."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from pldr_ref.activations import silu
+from pldr_ref.linear_map import linear
 from pldr_ref.params import GLUParams
-
-
-def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """y = x W^T + b on the last axis; ``weight`` is torch layout [out, in].
-
-    Shapes: x [..., in] -> y [..., out].  Leading axes are flattened so that one GEMM
-    [N, in] x [in, out] serves every row (e.g. all B*H*d_k rows of the metric learner).
-    """
-    x = np.asarray(x)
-    if x.ndim > 2:
-        y = np.matmul(x.reshape(-1, x.shape[-1]), weight.T).reshape(*x.shape[:-1], weight.shape[0])
-    else:
-        y = np.matmul(x, weight.T)
-    if bias is not None:
-        y += bias  # in place on the fresh product: same rounding as y + b, one large temporary fewer
-    return y
 
 
 def glu(x: np.ndarray, p: GLUParams) -> np.ndarray:

@@ -26,7 +26,8 @@ from pldr_ref.attention import (
 )
 from pldr_ref.config import PLDRConfig
 from pldr_ref.density import cumulative_density_operator, density_operator
-from pldr_ref.glu import glu, linear
+from pldr_ref.glu import glu
+from pldr_ref.linear_map import linear
 from pldr_ref.metric_learner import metric_learner
 from pldr_ref.norms import configured_layer_norm
 from pldr_ref.params import LayerParams

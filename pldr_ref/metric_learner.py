@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
-from pldr_ref.glu import glu, linear
+from pldr_ref.glu import glu
+from pldr_ref.linear_map import linear
 from pldr_ref.norms import configured_layer_norm
 from pldr_ref.params import LayerParams, ResUnitParams
 

@@ -10,9 +10,9 @@ import numpy as np
 
 from pldr_ref.attention import SoftmaxKernel, causal_padding_mask, check_kernel_used
 from pldr_ref.config import PLDRConfig
-from pldr_ref.glu import linear
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
 from pldr_ref.layer import LayerTrace, decoder_layer
+from pldr_ref.linear_map import linear
 from pldr_ref.memory_budget import check_forward_budget
 from pldr_ref.norms import configured_layer_norm
 from pldr_ref.params import NormParams, Params

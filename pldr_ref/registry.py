@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 import pldr_ref.op_samples as op_samples
-from pldr_ref import activations, attention, density, glu, layer, metric_learner, model, norms, plga, rope
+from pldr_ref import activations, attention, density, glu, layer, linear_map, metric_learner, model, norms, plga, rope
 from pldr_ref.config import PLDRConfig
 from pldr_ref.params import Params
 from pldr_ref.switches import switch
@@ -226,7 +226,7 @@ FORWARD_STAGES: tuple[Stage, ...] = (
           per_layer=False, inputs=("token_ids",), body=model.embed),
     Stage("input_norm", norms.layer_norm, (Output("x0", ROW, ROWS_OWN),), "X0 <- LN(X0), eps = 1e-6", "spec §2.2",
           "LayerNorm", per_layer=False, inputs=("embed",), body=model.input_norm),
-    Stage("qkv_projection", glu.linear,
+    Stage("qkv_projection", linear_map.linear,
           (Output("q", HEAD_ROW, ROWS_OWN), Output("k", HEAD_ROW, ROWS_OWN),
            Output("v", HEAD_KEY, ROWS_OWN, cache=_kv_extended("v"))),
           "Q = X Wq^T + bq (same for K, V), split heads", "spec §2.4.1-2", inputs=("x",), body=layer.qkv_projection),
@@ -254,7 +254,7 @@ FORWARD_STAGES: tuple[Stage, ...] = (
           "E = softmax_j(Sc + mask)", "eq. 3.8", "Softmax", inputs=("scores",), body=layer.softmax_weights),
     Stage("value_mix", attention.mix_values, (_attended("ctx"),), "Z = E V, merge heads", "eq. 3.9",
           inputs=("E", "v"), body=layer.value_mix),
-    Stage("output_projection", glu.linear, (_attended("attn_out"),), "Y = Z Wo^T + bo", "spec §2.4.10",
+    Stage("output_projection", linear_map.linear, (_attended("attn_out"),), "Y = Z Wo^T + bo", "spec §2.4.10",
           inputs=("ctx",), body=layer.output_projection),
     Stage("post_attention_norm", norms.layer_norm, (_attended("out1"),), "O1 = LN1(Y + X)", "spec §2.3", "LayerNorm",
           inputs=("attn_out", "x"), body=layer.post_attention_norm),
@@ -411,7 +411,7 @@ OPS: tuple[Op, ...] = (
        reference="eq. 3.4; Lean Iswiglu", samples=op_samples.pointwise),
     Op("layer_norm", "op", ("x", "gamma", "beta"), "run_layer_norm", norms.layer_norm, "input_norm", ("eps",),
        exact="layer_norm", reference="spec §2.2; Lean LayerNorm", samples=op_samples.layer_norm),
-    Op("linear", "op", ("x", "weight", "bias?"), "run_linear", glu.linear, "qkv_projection", exact="linear",
+    Op("linear", "op", ("x", "weight", "bias?"), "run_linear", linear_map.linear, "qkv_projection", exact="linear",
        reference="spec §2.4.1", samples=op_samples.linear),
     Op("glu", "op", ("x", "w1", "b1?", "w2", "b2?", "w3", "b3?"), "run_glu", glu.glu, "ffn", exact="glu",
        reference="spec §2.3", samples=op_samples.glu),

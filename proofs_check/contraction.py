@@ -1,5 +1,5 @@
 """Contraction.lean: diam((g o f)(S)) <= K_g K_f diam(S) and diam(f^N(S)) <= K^N diam(S) (paper Prop. 5.12(i)),
-on finite point clouds with maps built from the real row-map operators: ``pldr_ref.glu.linear`` (K = ||W||_2),
+on finite point clouds with maps built from the real row-map operators: ``pldr_ref.linear_map.linear`` (K = ||W||_2),
 ``pldr_ref.norms.layer_norm`` on variance-floored rows (K = ||gamma||_inf / sqrt(v0 + eps), Lem. 5.11(iv)) and
 the GLU gate ``pldr_ref.activations.silu`` applied entrywise (K = sup|SiLU'| ~ 1.0998, computed from the
 definition z sigma(z); the mirror also checks that the operator is that function and attains that slope).
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from pldr_ref.activations import silu
 from pldr_ref.constants import EPS_LN
-from pldr_ref.glu import linear
+from pldr_ref.linear_map import linear
 from pldr_ref.norms import layer_norm
 from proofs_check.profiles import expect_counterexample, record_ratio, run_property
 from proofs_check.registry import HYPOTHESIS, THEOREM, Check
@@ -194,7 +194,7 @@ def composition_control(profile: str) -> str:
     return expect_counterexample(profile, prop, seeds())
 
 
-_EX = ("pldr_ref.glu.linear", "pldr_ref.norms.layer_norm", "pldr_ref.activations.silu")
+_EX = ("pldr_ref.linear_map.linear", "pldr_ref.norms.layer_norm", "pldr_ref.activations.silu")
 CHECKS = (
     Check(
         name="diam_comp_le",
@@ -214,7 +214,7 @@ CHECKS = (
         paper="Prop. 5.12(i)",
         label=THEOREM,
         method=(HYPOTHESIS,),
-        exercises=("pldr_ref.glu.linear",),
+        exercises=("pldr_ref.linear_map.linear",),
         run=iterate_run,
         negative_control=iterate_control,
         slack="relative 4(N+1) gamma(dim+2)",
@@ -226,7 +226,7 @@ CHECKS = (
         paper="Prop. 5.12(i)-(ii)",
         label=THEOREM,
         method=(HYPOTHESIS,),
-        exercises=("pldr_ref.glu.linear", "pldr_ref.norms.layer_norm"),
+        exercises=("pldr_ref.linear_map.linear", "pldr_ref.norms.layer_norm"),
         run=composition_run,
         negative_control=composition_control,
         slack="relative 8 N gamma(dim+8) + 1e-12",

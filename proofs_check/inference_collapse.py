@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from pldr_ref.attention import apply_mask, attention_scores, causal_padding_mask, masked_softmax
 from pldr_ref.config import PLDRConfig
-from pldr_ref.glu import linear
 from pldr_ref.inference.modes import cache_gap, external_g_config
+from pldr_ref.linear_map import linear
 from pldr_ref.model import forward
 from pldr_ref.order_parameter import order_parameter
 from pldr_ref.params import init_params, perturb_params, with_fixed_g
@@ -313,7 +313,7 @@ CHECKS = (
         paper="Thm. 5.4(ii)",
         label=THEOREM,
         method=(HYPOTHESIS, REAL_G_LM),
-        exercises=(*_EX, "pldr_ref.glu.linear"),
+        exercises=(*_EX, "pldr_ref.linear_map.linear"),
         run=absorb_run,
         negative_control=absorb_rope_control,
         slack="bitwise on integers; gamma(2n)|X||W||G| on floats",
@@ -326,7 +326,7 @@ CHECKS = (
         paper="Thm. 5.4(ii)",
         label=THEOREM,
         method=(HYPOTHESIS,),
-        exercises=("pldr_ref.glu.linear",),
+        exercises=("pldr_ref.linear_map.linear",),
         run=absorb_affine_run,
         negative_control=absorb_affine_control,
         slack="bitwise on integers; gamma(2n)(|X||W|+|b|)|G| on floats",

@@ -16,7 +16,8 @@ from pldr_ref.attention import apply_mask, attention_scores, masked_softmax, mix
 from pldr_ref.config import PLDRConfig
 from pldr_ref.density import cumulative_density_operator, density_operator
 from pldr_ref.exact import exact_op, ulp_distance
-from pldr_ref.glu import glu, linear
+from pldr_ref.glu import glu
+from pldr_ref.linear_map import linear
 from pldr_ref.metric_learner import metric_learner_v500, metric_learner_v900, residual_unit
 from pldr_ref.norms import layer_norm
 from pldr_ref.params import init_params, perturb_params

@@ -35,7 +35,7 @@ from scipy.special import expit
 from pldr_ref.diagnostics.decoding import top2_margin
 from pldr_ref.diagnostics.run import ModelRun
 from pldr_ref.diagnostics.spectra import summary
-from pldr_ref.glu import linear
+from pldr_ref.linear_map import linear
 
 #: Relative radius of one float32 rounding (2^-24), the hypothetical perturbation scale of eps_spec.
 FLOAT32_UNIT_ROUNDOFF: float = 2.0**-24

@@ -21,7 +21,7 @@ from scipy.special import expit
 from pldr_ref.config import PLDRConfig
 from pldr_ref.diagnostics.run import ModelRun, stack
 from pldr_ref.diagnostics.spectra import summary
-from pldr_ref.glu import linear
+from pldr_ref.linear_map import linear
 from pldr_ref.norms import configured_layer_norm, layer_norm
 from pldr_ref.params import GLUParams, LayerParams, NormParams, ResUnitParams
 
@@ -31,7 +31,7 @@ def glu_jvp(x: np.ndarray, t: np.ndarray, p: GLUParams) -> tuple[np.ndarray, np.
 
     GLU(x) = W3 (silu(z1) * z2) + b3 with z1 = W1 x + b1, z2 = W2 x + b2, silu'(z) = s(z) (1 + z (1 - s(z))):
     d GLU = W3 (silu'(z1) z2 * W1 t + silu(z1) * W2 t).  Tangents are rows so that each weight is applied to
-    all N k directions in one GEMM (``pldr_ref.glu.linear`` without bias).
+    all N k directions in one GEMM (``pldr_ref.linear_map.linear`` without bias).
     """
     z1 = linear(x, p.w1, p.b1)
     z2 = linear(x, p.w2, p.b2)

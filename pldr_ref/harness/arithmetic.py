@@ -580,13 +580,13 @@ PRELOAD = ("pldr_ref.model", "pldr_ref.layer", "pldr_ref.metric_learner", "pldr_
 def _replacements() -> dict[Callable[..., Any], Callable[..., Any]]:
     import importlib
 
-    from pldr_ref import activations, attention, density, norms, plga, rope
+    from pldr_ref import activations, attention, density, linear_map, norms, plga, rope
     from pldr_ref import glu as glu_mod
 
     for name in PRELOAD:
         importlib.import_module(name)
 
-    return {glu_mod.linear: linear, glu_mod.glu: glu, norms.layer_norm: layer_norm, activations.silu: silu,
+    return {linear_map.linear: linear, glu_mod.glu: glu, norms.layer_norm: layer_norm, activations.silu: silu,
             activations.sigmoid: sigmoid, activations.iswiglu: iswiglu, density.density_operator: density_operator,
             density.cumulative_density_operator: cumulative_density_operator, plga.metric_tensor: metric_tensor,
             plga.potential_tensor: potential_tensor, plga.energy_curvature: energy_curvature,
