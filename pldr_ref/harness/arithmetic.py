@@ -13,7 +13,7 @@ emulated ones for the duration of a ``with`` block, so every case kind -- model,
 every isolated stage runs through the same code with that arithmetic.  Every rounding goes through
 :func:`round_to_dtype` (pldr_ref's own round-to-nearest-even; float32 registers by NumPy's IEEE cast, tested
 identical); every sum runs in an explicit order (a loop of elementwise float64 additions each followed by a
-rounding, or a float32 ``np.cumsum`` when the products are exact in float32), so the result does not depend on the
+rounding, or float32 additions in place when the products are exact in float32), so the result does not depend on the
 BLAS, the thread count or the machine.
 The only library calls whose last float64 bit may differ between machines are exp, log, power, sin and cos
 (rounded to float32 or below right after, so a difference survives only on an exact rounding tie); the allowances
