@@ -10,10 +10,12 @@ Goals: a tiny-config profile suite <= 300 s first use and <= 30 s cached; the v5
 use.  Usage::
 
     python benchmarks/bench_profile_suites.py [--profile NAME ... | --no-profiles] [--v510-case]
-                                              [--v510-suite [--calibrate-one DTYPE]] [--onnx] [--markdown]
+                                              [--v510-suite [--calibrate-one DTYPE] [--v510-case-name NAME]]
+                                              [--onnx] [--markdown]
 
-Prints one line per measurement (seconds, goal, within / OVER) and, with ``--markdown``, the table of
-``docs/backends.md``.  Timings on a shared machine are inflated: say so when quoting them.
+Prints one line per measurement (wall seconds, goal, within / OVER) and, with ``--markdown``, the table of
+``docs/backends.md``.  Timings on a shared machine are inflated: say so when quoting them; the ``--v510-suite``
+rows also give the process's CPU seconds, what a quiet core would take (NumPy's BLAS threads aside).
 """
 
 from __future__ import annotations
@@ -112,19 +114,23 @@ def measure_v510_case() -> list[tuple[str, float, float | None, str]]:
             ("v510-110m config suite: one forward case of 2 x 8 tokens", time.perf_counter() - t0, None, "")]
 
 
-def measure_v510_suite(workdir: Path, calibrate: tuple[str, ...] = ()) -> list[tuple[str, float, float | None, str]]:
+def measure_v510_suite(workdir: Path, calibrate: tuple[str, ...] = (), only: tuple[str, ...] = ()
+                       ) -> list[tuple[str, float, float | None, str]]:
     """Rows of the generation of the ``v510-110m`` forward suite (what ``validate --onnx F --own-config`` builds
-    first: every forward template at the config, up to 64 positions), case by case in one process, and of the
-    calibration of its first case in each dtype of ``calibrate`` (the ensemble's members on that case)."""
+    first: every forward template at the config, up to 64 positions), case by case in one process (``only``: those
+    cases), and of the calibration of its first case (``only``: of each of them) in each dtype of ``calibrate``
+    (the ensemble's members on that case, each member's seconds printed)."""
     from pldr_ref.config import PLDRConfig
     from pldr_ref.fixtures.profile_suite import SUITE_FOLDER, instances, select_templates, write_suite
     from pldr_ref.fixtures.templates import Target
 
     config = PLDRConfig.preset("v510-110m")
     specs, _ = instances(select_templates(None, ("forward",)), Target(config=config), 64)
+    if only:
+        specs = [s for s in specs if s.name in only]
     out = workdir / "v510-suite"
     (out / SUITE_FOLDER).parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     times = []
     for spec in specs:
         t1 = time.perf_counter()
@@ -132,20 +138,47 @@ def measure_v510_suite(workdir: Path, calibrate: tuple[str, ...] = ()) -> list[t
         times.append(time.perf_counter() - t1)
         print(f"{times[-1]:8.1f} s  {spec.name}{' FAILED ' + str(failed) if failed else ''}", flush=True)
     total = time.perf_counter() - t0
-    rows = [(f"v510-110m forward suite ({len(specs)} cases): generation (golden values, tolerances, baselines)",
-             total, None, f"first case {times[0]:.0f} s, the others {sum(times[1:]) / max(1, len(times) - 1):.0f} s "
+    rows = [(f"v510-110m forward suite ({len(specs)} cases{': ' + ', '.join(only) if only else ''}): generation "
+             "(golden values, tolerances, baselines)",
+             total, None, f"CPU {time.process_time() - c0:.0f} s; first case {times[0]:.0f} s, the others "
+                          f"{sum(times[1:]) / max(1, len(times) - 1):.0f} s "
                           "each on average")]
     if calibrate:
         from pldr_ref.harness.profile_suites import calibrate_entry
 
-        first = out / specs[0].name.replace("/", "__")
-        for dtype in calibrate:
-            t1 = time.perf_counter()
-            calibrate_entry(first, (dtype,))
-            rows.append((f"v510-110m: calibration of {specs[0].name} in {dtype} (every member of the ensemble)",
-                         time.perf_counter() - t1, None, ""))
-            print(f"{rows[-1][1]:8.1f} s  {rows[-1][0]}", flush=True)
+        for spec in specs if only else specs[:1]:
+            for dtype in calibrate:
+                t1, c1 = time.perf_counter(), time.process_time()
+                with _member_seconds() as seconds:
+                    calibrate_entry(out / spec.name.replace("/", "__"), (dtype,))
+                rows.append((f"v510-110m: calibration of {spec.name} in {dtype} (every member of the ensemble)",
+                             time.perf_counter() - t1, None,
+                             f"CPU {time.process_time() - c1:.0f} s; wall s per member: "
+                             + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items())))
+                print(f"{rows[-1][1]:8.1f} s  {rows[-1][0]}  ({rows[-1][3]})", flush=True)
     return rows
+
+
+@contextlib.contextmanager
+def _member_seconds():
+    """Seconds spent in each calibration member's runs inside the block (by member name)."""
+    from pldr_ref.harness import arithmetic, ensemble
+
+    seconds: dict[str, float] = {}
+    original = ensemble.emulating
+
+    @contextlib.contextmanager
+    def timed(member: arithmetic.Arithmetic, dtype: str):
+        t0 = time.perf_counter()
+        with original(member, dtype):
+            yield
+        seconds[member.name] = seconds.get(member.name, 0.0) + time.perf_counter() - t0
+
+    ensemble.emulating = timed
+    try:
+        yield seconds
+    finally:
+        ensemble.emulating = original
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--v510-suite", action="store_true",
                    help="also the generation of the whole v510-110m forward suite, case by case")
     p.add_argument("--calibrate-one", action="append", choices=("float32", "bfloat16", "float16"),
-                   help="with --v510-suite: also calibrate its first case in this dtype")
+                   help="with --v510-suite: also calibrate its first case (or each --v510-case-name) in this dtype")
+    p.add_argument("--v510-case-name", action="append", default=[], metavar="NAME",
+                   help="with --v510-suite: generate (and calibrate) only this case, e.g. model/tiny_exact")
     p.add_argument("--markdown", action="store_true", help="print the docs table")
     args = p.parse_args(argv)
     rows = []
@@ -171,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += measure_v510_case()
             print(*(f"{r[1]:8.1f} s  {r[0]}" for r in rows[-2:]), sep="\n", flush=True)
         if args.v510_suite:
-            rows += measure_v510_suite(Path(tmp), tuple(args.calibrate_one or ()))
+            rows += measure_v510_suite(Path(tmp), tuple(args.calibrate_one or ()), tuple(args.v510_case_name))
         if args.onnx:
             for dtype in args.onnx_dtype or ("float32", "float16"):
                 rows += measure_onnx(dtype, Path(tmp) / "cache" / f"onnx-{dtype}", Path(tmp))

@@ -96,3 +96,135 @@ def test_a_parameter_handed_as_a_view_cannot_be_made_writeable():
     view.flags.writeable = False
     got = read_only({"v": view})["v"]
     assert not np.shares_memory(got, base)
+
+
+def _storage_round_by_the_rule(x: np.ndarray, dtype: object) -> np.ndarray:
+    """storage_round's rule spelt out with pldr_ref.format_rounding (the definition; slow)."""
+    from pldr_ref.format_rounding import FLOAT32, float_format, round_to_format
+
+    a = np.array(x, dtype=np.float64)
+    fmt = float_format(dtype)
+    mag = np.abs(a)
+    outside = np.isfinite(a) & ((mag > fmt.max) | ((mag > 0) & (mag < fmt.smallest_normal)))
+    keep64 = (mag > FLOAT32.max) | ((mag > 0) & (mag < FLOAT32.smallest_normal))
+    return np.where(outside, np.where(keep64, a, round_to_format(a, FLOAT32)), round_to_format(a, fmt))
+
+
+def _rounding_traps() -> np.ndarray:
+    """Normals over the whole float64 range, exact ties and values 2^-40 off a tie of each format (the ones a
+    rounding through float32 gets wrong), both ends of each format's normal range, zeros, infinities, NaN."""
+    from pldr_ref.format_rounding import FORMATS
+
+    rng = np.random.default_rng(30)
+    parts = [rng.standard_normal(3000) * 10.0 ** rng.integers(-320, 308, 3000), [0.0, -0.0, np.inf, -np.inf, np.nan]]
+    for f in FORMATS.values():
+        m = rng.integers(2 ** (f.precision - 1), 2**f.precision, 500).astype(np.float64)
+        tie = (m + 0.5) * 2.0 ** (rng.integers(f.emin, f.emax, 500) - f.precision + 1)
+        steps = 1 + 2.0 ** -np.arange(1, 53)
+        edge = np.concatenate([f.smallest_normal * steps, f.max * steps])
+        parts += [tie, tie * (1 + 2.0**-40), tie * (1 - 2.0**-40), edge, edge * (1 - 2.0**-52) / (1 + 2.0**-52)]
+    x = np.concatenate(parts)
+    return np.concatenate([x, -x])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_storage_round_is_its_rule_bit_for_bit(dtype):
+    """The fast storage rounding (bits, IEEE cast, the out-of-range elements redone) is the rule of its docstring
+    computed by pldr_ref.format_rounding, bit for bit (signed zeros, NaN), on arrays of any layout and on scalars."""
+    x = _rounding_traps()
+    want = _storage_round_by_the_rule(x, baselines.PRECISIONS[dtype])
+    got = baselines.storage_round(x, baselines.PRECISIONS[dtype])
+    same = (got.view(np.uint64) == want.view(np.uint64)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), x[~same][:5]
+    strided = x[: x.size // 2 * 2].reshape(-1, 2)[::-3, ::-1]
+    assert np.array_equal(baselines.storage_round(strided, baselines.PRECISIONS[dtype]),
+                          _storage_round_by_the_rule(strided, baselines.PRECISIONS[dtype]), equal_nan=True)
+    assert baselines.storage_round(np.float64(1.0 + 2.0**-30), baselines.PRECISIONS[dtype]).shape == ()
+    # negative control: rounding through float32 first (two roundings) misses the near-ties of the 16-bit formats
+    if dtype != "float32":
+        twice = _storage_round_by_the_rule(_storage_round_by_the_rule(x, np.float32), baselines.PRECISIONS[dtype])
+        assert not np.array_equal(twice, want, equal_nan=True)
+
+
+def _sum_by_the_definition(a: np.ndarray, b: np.ndarray, arith, dtype: str) -> np.ndarray:
+    """matmul of the emulated arithmetic, one output element at a time: operands rounded, order reversed or
+    not, zero-padded tiles, within a tile the first product rounded to the accumulator then acc = RN(acc + p) with
+    the exact float64 product, then the tiles' partial sums added in order (float32 additions for a float32
+    accumulator, RN(total + part) for a 16-bit one)."""
+    from pldr_ref.harness.arithmetic import round_to_dtype
+
+    a = round_to_dtype(a, "tf32" if arith.tf32 and dtype == "float32" else dtype)
+    b = round_to_dtype(b, "tf32" if arith.tf32 and dtype == "float32" else dtype)
+    f32 = arith.accumulate == "float32" or dtype == "float32"
+
+    def rn(v: float) -> float:
+        return float(np.float32(v)) if f32 else float(round_to_dtype(np.array(v), dtype))
+
+    k = a.shape[-1]
+    order = list(range(k))[::-1] if arith.order == "reverse" else list(range(k))
+    tile = min(arith.tile or k, k)
+    order += [None] * (-len(order) % tile)
+    out = np.empty((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]))
+    for idx in np.ndindex(out.shape):
+        row = np.broadcast_to(a, out.shape[:-2] + a.shape[-2:])[idx[:-1]]
+        col = np.broadcast_to(b, out.shape[:-2] + b.shape[-2:])[idx[:-2]][:, idx[-1]]
+        total = None
+        for t0 in range(0, len(order), tile):
+            acc = None
+            for j in order[t0:t0 + tile]:
+                p = 0.0 if j is None else float(row[j]) * float(col[j])
+                acc = rn(p) if acc is None else rn(acc + p)
+            if total is not None:
+                acc = float(np.float32(total) + np.float32(acc)) if f32 else rn(total + acc)
+            total = acc
+        out[idx] = total
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_the_emulated_sums_are_their_definition(dtype):
+    """Every member's matmul (the float32-product fast path, the float64-product path, 16-bit accumulators, tiles,
+    reverse order, padding, broadcast batch axes) is the definition computed element by element, bit for bit;
+    negative control: the same sums in one pass instead of tiles differ."""
+    from pldr_ref.harness import arithmetic as ar
+    from pldr_ref.harness.ensemble import members
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((2, 1, 37)) * 10.0 ** rng.integers(-2, 3, (2, 1, 37))
+    b = rng.standard_normal((2, 37, 3))
+    for m in members(dtype):
+        if not m.internal:
+            continue
+        with ar.emulating(m, dtype):
+            got = ar.matmul(a, b)
+        want = _sum_by_the_definition(a, b, m, dtype)
+        assert np.array_equal(got, want), m.name
+    tiled = next(m for m in members(dtype) if m.tile == 16 and m.accumulate == "storage")
+    import dataclasses
+
+    one_pass = _sum_by_the_definition(a, b, dataclasses.replace(tiled, tile=None), dtype)
+    with ar.emulating(tiled, dtype):
+        assert not np.array_equal(ar.matmul(a, b), one_pass)
+
+
+def test_a_remembered_rounded_weight_gives_the_rounded_product():
+    """linear() skips rounding a read-only weight found already rounded (the parameters every member shares): the
+    same result as a writable copy, rounded each time; a read-only weight that is not rounded is not remembered
+    (negative control: its product is the rounded one, not the float64 one)."""
+    from pldr_ref.harness import arithmetic as ar
+    from pldr_ref.harness.ensemble import members
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 20))
+    raw = rng.standard_normal((5, 20))
+    member = members("float16")[1]
+    rounded = baselines.storage_round(raw, np.float16)
+    for w in (rounded, raw):
+        ro = w.copy()
+        ro.setflags(write=False)
+        with ar.emulating(member, "float16"):
+            first, again, fresh = ar.linear(x, ro), ar.linear(x, ro), ar.linear(x, w.copy())
+        assert np.array_equal(first, fresh) and np.array_equal(again, fresh)
+        assert (ar._ROUNDED_OPERANDS.get((id(ro), "float16")) is ro) == (w is rounded)
+    with ar.emulating(member, "float16"):
+        assert not np.array_equal(ar.linear(x, raw), ar.matmul(x, raw.T, y_rounded=True))

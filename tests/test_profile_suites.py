@@ -256,3 +256,29 @@ def test_unsupported_names_every_differing_switch():
     own = types.SimpleNamespace(kind="forward", config=PLDRConfig.preset("tiny").emulate("pt-v510-float32"),
                                 inputs={}, args={})
     assert protocol.unsupported_reason(backend, own, "float32") is None
+
+
+def test_calibration_runs_without_the_per_case_limit_and_never_leaves_a_silent_gap(monkeypatch, tmp_path):
+    """calibrate_entry validates the golden outputs with no per-case time limit (a v510-110m case cut at the
+    default 600 s had no statistics), and a case whose validation still errs is an error naming it, not a gap."""
+    import types
+
+    from pldr_ref.harness import ensemble, profile_suites, suite_loading
+    from pldr_ref.harness import validate as validate_module
+
+    seen: list = []
+
+    def fake_validate(backend, cases, dtypes, *, isolate=True, timeout=600.0, **_):
+        seen.append(timeout)
+        return [types.SimpleNamespace(status=status, dtype=dtypes[0], reason="boom") for _ in cases]
+
+    monkeypatch.setattr(suite_loading, "load_suite", lambda *a, **k: [types.SimpleNamespace(name="model/x")])
+    monkeypatch.setattr(validate_module, "validate", fake_validate)
+    monkeypatch.setattr(ensemble, "case_digest", lambda case: "not-in-the-store")
+    monkeypatch.setattr(ensemble, "_STORE", {})  # the committed store is not read
+    status = "pass"
+    assert profile_suites.calibrate_entry(tmp_path, ("float16",))["dtypes"] == ["float16"]
+    assert seen == [None]
+    status = "error"  # negative control: an erring case raises
+    with pytest.raises(RuntimeError, match="model/x in float16 failed: boom"):
+        profile_suites.calibrate_entry(tmp_path, ("float16",))

@@ -13,7 +13,7 @@ emulated ones for the duration of a ``with`` block, so every case kind -- model,
 every isolated stage runs through the same code with that arithmetic.  Every rounding goes through
 :func:`round_to_dtype` (pldr_ref's own round-to-nearest-even; float32 registers by NumPy's IEEE cast, tested
 identical); every sum runs in an explicit order (a loop of elementwise float64 additions each followed by a
-rounding, or a float32 ``np.cumsum`` when the products are exact in float32), so the result does not depend on the
+rounding, or float32 additions in place when the products are exact in float32), so the result does not depend on the
 BLAS, the thread count or the machine.
 The only library calls whose last float64 bit may differ between machines are exp, log, power, sin and cos
 (rounded to float32 or below right after, so a difference survives only on an exact rounding tie); the allowances
@@ -251,14 +251,38 @@ def _div(x: np.ndarray, y: np.ndarray | float) -> np.ndarray:
         return _rc(x / y)
 
 
-def matmul(x: np.ndarray, y: np.ndarray, *, round_operands: bool = True) -> np.ndarray:
+#: Read-only arrays (parameters) found already rounded to an operand format: (id, format) -> the array (held, so
+#: that its id is not reused).  The calibration members round the same rounded parameter set (110 M values at
+#: ``v510-110m``) in every linear map; a read-only array is found rounded once per format.
+_ROUNDED_OPERANDS: dict[tuple[int, str], np.ndarray] = {}
+#: Most entries of :data:`_ROUNDED_OPERANDS` (oldest dropped first).
+ROUNDED_OPERAND_ENTRIES = 4096
+
+
+def _weight_operand(w: np.ndarray) -> np.ndarray:
+    """:func:`_operand` of a weight: the array itself when it is read-only and already rounded (remembered)."""
+    a, dt = _current()
+    key = (id(w), "tf32" if a.tf32 and dt == "float32" else dt)
+    if _ROUNDED_OPERANDS.get(key) is w:
+        return w
+    r = _operand(np.asarray(w, dtype=np.float64))
+    if isinstance(w, np.ndarray) and w.dtype == np.float64 and not w.flags.writeable and np.array_equal(r, w):
+        if len(_ROUNDED_OPERANDS) >= ROUNDED_OPERAND_ENTRIES:
+            _ROUNDED_OPERANDS.pop(next(iter(_ROUNDED_OPERANDS)))
+        _ROUNDED_OPERANDS[key] = w
+        return w
+    return r
+
+
+def matmul(x: np.ndarray, y: np.ndarray, *, round_operands: bool = True, y_rounded: bool = False) -> np.ndarray:
     """x @ y (broadcast batch axes) with the current arithmetic's operands (rounded unless ``round_operands`` is
-    False), order, tiles and accumulator."""
+    False; ``y_rounded``: y is already an operand of the current arithmetic), order, tiles and accumulator."""
     arith, _ = _current()
     a = np.asarray(x, dtype=np.float64)
     b = np.asarray(y, dtype=np.float64)
     if round_operands:
-        a, b = _operand(a), _operand(b)
+        a = _operand(a)
+        b = b if y_rounded else _operand(b)
     k = a.shape[-1]
     if b.shape[-2] != k:
         raise ValueError(f"matmul: inner dimensions {a.shape} x {b.shape}")
@@ -282,53 +306,95 @@ def matmul(x: np.ndarray, y: np.ndarray, *, round_operands: bool = True) -> np.n
         fast = _float32_running_sums(a, b, tile, nt, batch)
         if fast is not None:
             return fast
-    if f32_acc:  # a float32 register: NumPy's IEEE cast rounds
-        def acc_round(v: np.ndarray) -> np.ndarray:
-            return v.astype(np.float32)
-    else:
-        def acc_round(v: np.ndarray) -> np.ndarray:
-            return round_to_dtype(v, dt)
-    out_size = max(1, int(np.prod(batch, dtype=np.int64)) * m * n)
-    group = max(1, min(nt, STEP_ELEMENTS // out_size))
-    total = None
+    a = a.reshape(*a.shape[:-1], nt, tile)
+    b = b.reshape(*b.shape[:-2], 1, nt, tile, n)
+    out = np.empty((*batch, m, n))
     with np.errstate(over="ignore", invalid="ignore"):
-        for g0 in range(0, nt, group):
-            g1 = min(nt, g0 + group)
-            acc = None
-            for j in range(tile):  # one term of every tile of the group per step (strided views, no copies)
-                cols = slice(g0 * tile + j, g1 * tile, tile)
-                p = a[..., :, cols, None] * b[..., cols, :][..., None, :, :]
-                acc = acc_round(p) if acc is None else acc_round(acc + p)  # products exact in float64
-            for t in range(acc.shape[-2]):  # partial sums of the tiles, added in order
-                part = acc[..., :, t, :]
-                total = np.broadcast_to(part, (*batch, m, n)) if total is None else acc_round(total + part)
-    return np.array(total, dtype=np.float64)
+        for r0, r1 in _row_chunks(m, int(np.prod(batch, dtype=np.int64)) * nt * n):
+            out[..., r0:r1, :] = _tiled_sums(a[..., r0:r1, :, :], b, (*batch, r1 - r0, nt, n), f32_acc, dt)
+    return out
+
+
+def _row_chunks(m: int, per_row: int) -> list[tuple[int, int]]:
+    """Row ranges of an output of ``m`` rows whose per-tile partial sums (``per_row`` elements a row) stay within
+    :data:`STEP_ELEMENTS` (memory bound; the values do not depend on it: every output element is summed alone)."""
+    rows = max(1, STEP_ELEMENTS // max(1, per_row))
+    return [(r0, min(m, r0 + rows)) for r0 in range(0, m, rows)]
+
+
+def _tiled_sums(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...], f32_acc: bool, dt: str) -> np.ndarray:
+    """Sum over the tile axis of the products ``a[..., m, t, j] b[..., t, j, n]``: within each tile a running sum
+    over j (the first product rounded to the accumulator, then each addition of an exact float64 product rounded:
+    ``acc = RN(acc + p)``), then the tiles' partial sums added in order, each addition rounded.  The float32
+    accumulator is a float32 array (the tile sums are float32 additions); a 16-bit one rounds by
+    :func:`round_to_dtype`.  a: [..., m, nt, tile]; b: [..., 1, nt, tile, n] (batch axes broadcast); ``shape``:
+    the products' [..., m, nt, n]; returns [..., m, n] (float64)."""
+    tile = a.shape[-1]
+    p = np.empty(shape)
+    acc: np.ndarray | None = None
+    for j in range(tile):  # one term of every tile per step
+        np.multiply(a[..., :, :, j, None], b[..., :, :, j, :], out=p)  # products exact in float64
+        if f32_acc:
+            if acc is None:
+                acc = p.astype(np.float32)
+            else:
+                np.add(p, acc, out=p)
+                acc[...] = p  # NumPy's IEEE cast: round to nearest even
+        else:
+            acc = round_to_dtype(p if acc is None else acc + p, dt)
+    assert acc is not None
+    total = acc[..., 0, :].copy()
+    for t in range(1, acc.shape[-2]):  # partial sums of the tiles, added in order
+        if f32_acc:
+            total += acc[..., t, :]  # a float32 addition
+        else:
+            total = round_to_dtype(total + acc[..., t, :], dt)
+    return total.astype(np.float64)
 
 
 def _float32_running_sums(a: np.ndarray, b: np.ndarray, tile: int, nt: int, batch: tuple[int, ...]
                           ) -> np.ndarray | None:
     """The float32-accumulator path of :func:`matmul` when every product is exact in float32: products formed in
-    float32 and summed by ``np.cumsum`` in float32 -- a running sum, each addition rounded once (an FMA-exact
-    accumulation), first within each tile, then over the tiles, in order.  None when an operand is not a float32
-    value or a nonzero product falls below float32's normal range (then the loop path runs)."""
+    float32 and added in a float32 array -- a running sum, each addition rounded once (an FMA-exact accumulation),
+    first within each tile, then over the tiles, in order.  None when an operand is not a float32 value or a
+    nonzero float32 product falls below float32's normal range (then the float64-product path runs)."""
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
     if not (np.array_equal(a32, a) and np.array_equal(b32, b)):
         return None
     m, n = a.shape[-2], b.shape[-1]
-    a32 = np.broadcast_to(a32, (*batch, m, nt * tile))
-    b32 = np.broadcast_to(b32, (*batch, nt * tile, n))
-    out = np.empty((*batch, m, n), dtype=np.float32)
-    per_row = max(1, int(np.prod(batch, dtype=np.int64)) * nt * tile * n)
-    rows = max(1, STEP_ELEMENTS // per_row)
     tiny = np.float32(np.finfo(np.float32).smallest_normal)
-    for r0 in range(0, m, rows):
-        p = a32[..., r0:r0 + rows, :, None] * b32[..., None, :, :]  # [..., rows, K, N]
-        if np.any((p != 0) & (np.abs(p) < tiny)):
-            return None
-        p = p.reshape(*p.shape[:-2], nt, tile, n)
-        part = np.cumsum(p, axis=-2, dtype=np.float32)[..., -1, :]
-        out[..., r0:r0 + rows, :] = np.cumsum(part, axis=-2, dtype=np.float32)[..., -1, :]
+    check = not _products_normal(a32, b32, float(tiny))
+    a32 = a32.reshape(*a32.shape[:-1], nt, tile)
+    b32 = b32.reshape(*b32.shape[:-2], 1, nt, tile, n)
+    out = np.empty((*batch, m, n), dtype=np.float32)
+    for r0, r1 in _row_chunks(m, int(np.prod(batch, dtype=np.int64)) * nt * n):
+        ar = a32[..., r0:r1, :, :]
+        p = np.empty((*batch, r1 - r0, nt, n), dtype=np.float32)
+        acc = None
+        for j in range(tile):
+            np.multiply(ar[..., :, :, j, None], b32[..., :, :, j, :], out=p)
+            if check and np.any((p != 0) & (np.abs(p) < tiny)):
+                return None
+            if acc is None:
+                acc, p = p, np.empty_like(p)
+            else:
+                acc += p
+        assert acc is not None
+        total = acc[..., 0, :].copy()
+        for t in range(1, nt):
+            total += acc[..., t, :]
+        out[..., r0:r1, :] = total
     return out.astype(np.float64)
+
+
+def _products_normal(a32: np.ndarray, b32: np.ndarray, tiny: float) -> bool:
+    """True when every nonzero product of an entry of ``a32`` and one of ``b32`` is at least ``tiny`` in magnitude
+    (the smallest nonzero magnitudes' product is; computed in float64, exact): the products need no check."""
+    with np.errstate(invalid="ignore"):
+        ma, mb = np.abs(a32[a32 != 0]), np.abs(b32[b32 != 0])
+    if ma.size == 0 or mb.size == 0:
+        return True
+    return float(ma.min()) * float(mb.min()) >= tiny
 
 
 def row_sum(x: np.ndarray) -> np.ndarray:
@@ -344,7 +410,7 @@ def row_sum(x: np.ndarray) -> np.ndarray:
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """y = x W^T + b: bias added to the float32 accumulator (fused) or to the stored product."""
     arith, _ = _current()
-    acc = matmul(x, np.swapaxes(np.asarray(weight), -1, -2))
+    acc = matmul(x, np.swapaxes(_weight_operand(weight), -1, -2), y_rounded=True)
     if bias is None:
         return _rc(acc)
     return _rc(acc + bias) if arith.fused else _rc(_rs(acc) + _rs(bias))

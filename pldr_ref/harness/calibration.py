@@ -61,7 +61,9 @@ def write_store(cases: list[Any], path: Path = CACHE_FILE, dtypes: tuple[str, ..
                 store.setdefault(digest, {}).setdefault(dt, {}).update(entries)
                 merged.setdefault(digest, {}).setdefault(dt, {}).update(entries)
     for case in cases:  # one case at a time: progress on stderr, the member runs freed as it goes
-        validate(_GoldenBackend(), [case], dtypes)
+        failed = [r for r in validate(_GoldenBackend(), [case], dtypes, timeout=None) if r.status == "error"]
+        if failed:  # no per-case time limit: the ensemble's runs are the work (a cut case had no statistics)
+            raise RuntimeError(f"calibration of {case.name} in {failed[0].dtype} failed: {failed[0].reason}")
         print(f"calibrated {case.name}", file=sys.stderr, flush=True)
     keep = {} if prune else copy.deepcopy(load_store_cases(path, fingerprint()))
     for digest, by_dtype in merged.items():

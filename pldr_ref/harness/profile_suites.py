@@ -32,7 +32,11 @@ def calibrate_entry(entry: Path, dtypes: tuple[str, ...], stages: tuple[str, ...
     The statistics are those validation reads for a backend that runs ``stages`` in isolation: a golden-output
     backend declaring exactly those stages is validated on every case (the calibration module's writer validates
     one declaring every stage, several times the work for a backend without isolated stages).  This is the one
-    function that touches the calibration store's internals."""
+    function that touches the calibration store's internals.
+
+    The validations run without the per-case time limit (the ensemble's runs are the work here, not a backend's:
+    under the default 600 s limit a ``v510-110m`` case on a loaded machine was cut and left without statistics);
+    a case whose validation still ends in an error raises ``RuntimeError`` naming it (never a silent gap)."""
     from pldr_ref.harness import calibration, ensemble
     from pldr_ref.harness.suite_loading import load_suite
     from pldr_ref.harness.validate import validate
@@ -43,7 +47,10 @@ def calibrate_entry(entry: Path, dtypes: tuple[str, ...], stages: tuple[str, ...
     cases = load_suite(entry / SUITE_FOLDER, None, None)
     golden = _GoldenOutputs(stages)
     for case in cases:
-        validate(golden, [case], list(dtypes), isolate=bool(stages))
+        failed = [r for r in validate(golden, [case], list(dtypes), isolate=bool(stages), timeout=None)
+                  if r.status == "error"]
+        if failed:
+            raise RuntimeError(f"calibration of {case.name} in {failed[0].dtype} failed: {failed[0].reason}")
         if progress is not None:
             progress.write(f"calibrated {case.name} ({', '.join(dtypes)})\n")
     store = ensemble._store()
