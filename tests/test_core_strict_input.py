@@ -228,15 +228,19 @@ def test_golden_list_into_a_closed_pipe_exits_quietly() -> None:
     """stdout is a pipe whose reader is already gone (``| head`` after its first line): no traceback."""
     import os
 
-    read_end, write_end = os.pipe()
-    os.close(read_end)  # every write now fails with EPIPE, deterministically
+    command = [sys.executable, "-m", "pldr_ref.cli", "golden", "list"]
+    # the negative control (a reading pipe gets the list) runs at the same time as the closed-pipe run
+    ok = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        proc = subprocess.run([sys.executable, "-m", "pldr_ref.cli", "golden", "list"], cwd=ROOT, stdout=write_end,
-                              stderr=subprocess.PIPE, timeout=120)
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # every write now fails with EPIPE, deterministically
+        try:
+            proc = subprocess.run(command, cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE, timeout=120)
+        finally:
+            os.close(write_end)
+        ok_out, _ = ok.communicate(timeout=120)
     finally:
-        os.close(write_end)
+        ok.kill()
     assert proc.stderr == b"", proc.stderr.decode(errors="replace")
     assert proc.returncode == 141  # 128 + SIGPIPE, what a shell reports for a writer cut off by `| head`
-    ok = subprocess.run([sys.executable, "-m", "pldr_ref.cli", "golden", "list"], cwd=ROOT, capture_output=True,
-                        timeout=120)
-    assert ok.returncode == 0 and b"model/tiny" in ok.stdout  # negative control: a reading pipe gets the list
+    assert ok.returncode == 0 and b"model/tiny" in ok_out  # negative control: a reading pipe gets the list

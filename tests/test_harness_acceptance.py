@@ -28,8 +28,23 @@ def forward_cases():
 
 
 @pytest.fixture(scope="module")
-def power(forward_cases):
-    return {r.dtype: r for r in measure(forward_cases, ["float32", "bfloat16", "float16"])}
+def verdicts(forward_cases):
+    """``verdicts(backend_class, dtype)``: ``validate`` of that logits-only backend on every forward case, run once
+    per (backend, dtype) in this module (the backends are deterministic): the verdict-power measurement and the
+    run-level tests below read the same results."""
+    memo: dict[tuple[type, str], list] = {}
+
+    def results(backend: type, dtype: str) -> list:
+        if (backend, dtype) not in memo:
+            memo[(backend, dtype)] = validate(backend(), forward_cases, [dtype])
+        return memo[(backend, dtype)]
+
+    return results
+
+
+@pytest.fixture(scope="module")
+def power(forward_cases, verdicts):
+    return {r.dtype: r for r in measure(forward_cases, ["float32", "bfloat16", "float16"], results=verdicts)}
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
@@ -42,17 +57,18 @@ def test_verdict_power(power, dtype):
     assert r.noise_fail >= MIN_FAIL_RATE * r.judgeable, r.noise_passes
 
 
-def test_all_zero_logits_fail_every_forward_case_in_float64(forward_cases):
-    results = validate(ZeroLogits(), forward_cases, ["float64"])
+def test_all_zero_logits_fail_every_forward_case_in_float64(forward_cases, verdicts):
+    results = verdicts(ZeroLogits, "float64")
+    assert len(results) == len(forward_cases)
     assert all(r.status in FAILING_STATUSES for r in results), [(r.case, r.status) for r in results
                                                                 if r.status not in FAILING_STATUSES]
     assert not passed(results)
 
 
-def test_zero_logits_never_pass_and_the_run_fails_in_every_dtype(forward_cases):
+def test_zero_logits_never_pass_and_the_run_fails_in_every_dtype(verdicts):
     """Below float64 a case the dtype cannot judge is "not covered" (never a pass); every run still fails."""
     for dtype in DTYPES:
-        results = validate(ZeroLogits(), forward_cases, [dtype])
+        results = verdicts(ZeroLogits, dtype)
         assert not [r.case for r in results if r.status == "pass"], dtype
         assert not passed(results), dtype
         for r in results:
@@ -60,16 +76,16 @@ def test_zero_logits_never_pass_and_the_run_fails_in_every_dtype(forward_cases):
                 assert "judged on 6 of 12 rows; excluded: fully masked rows not representable in " + dtype in r.reason
 
 
-def test_three_percent_noise_fails_in_float64_and_float32(forward_cases):
-    results = validate(NoisyLogits(), forward_cases, ["float64", "float32"])
+def test_three_percent_noise_fails_in_float64_and_float32(verdicts):
+    results = verdicts(NoisyLogits, "float64") + verdicts(NoisyLogits, "float32")
     assert not [(r.case, r.dtype) for r in results if r.dtype == "float64" and r.status != "fail"]
     f32 = [r for r in results if r.dtype == "float32"]
     assert not [r.case for r in f32 if r.status == "pass"]
 
 
-def test_golden_logits_never_fail_and_the_run_passes(forward_cases):
+def test_golden_logits_never_fail_and_the_run_passes(verdicts):
     """Negative control: the correctly rounded golden logits never fail, and the run exits 0 in every dtype."""
     for dtype in DTYPES:
-        results = validate(GoldenLogits(), forward_cases, [dtype])
+        results = verdicts(GoldenLogits, dtype)
         assert not [r.case for r in results if r.status in FAILING_STATUSES], dtype
         assert passed(results), dtype

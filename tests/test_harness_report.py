@@ -129,8 +129,10 @@ def one_torch_thread(monkeypatch):
 
 @pytest.mark.torch
 def test_same_backend_twice_gives_identical_reports(tmp_path, one_torch_thread):
+    """One case of each kind (forward, op, float32-position RoPE op, decoder layer) in a float64 and a 16-bit
+    dtype: three runs of the CLI, so the case set is kept small."""
     args = ["--backend", "pldr_ref.backends.torch_backend:TorchBackend", "--dtype", "float64,bfloat16",
-            "-k", "model/tiny_exact|op/(linear|rope)|layer/tiny_l1", "--quiet"]
+            "-k", "model/tiny_exact|op/(linear|rope_half_f32_pos4095)$|layer/tiny_l1_mask_finfo_min", "--quiet"]
     outs = []
     for i in range(2):
         rep, xml = tmp_path / f"r{i}.json", tmp_path / f"r{i}.xml"

@@ -402,12 +402,13 @@ def run_engine_mutations(engines: tuple[str, ...] = ENGINES, dtypes: tuple[str, 
 
     base = DEFAULT_GOLDEN_DIR if root is None else root
     cases: dict[str, Any] = {}
+    manifests: dict[Any, dict[str, Any]] = {}  # MANIFEST.json read and checked once
     out = []
     for m in ENGINE_MUTATIONS:
         if m.engine not in engines or (bugs is not None and m.bug not in bugs):
             continue
         if m.case not in cases:
-            cases[m.case] = load_case(base / m.case)
+            cases[m.case] = load_case(base / m.case, manifests=manifests)
         backend = m.build(jax_eager)
         for dt in m.dtypes:
             if dtypes is not None and dt not in dtypes:

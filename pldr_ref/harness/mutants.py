@@ -485,6 +485,7 @@ def run_mutations(root: Any = None, device: str | None = "cpu", dtype: str | Non
     base = DEFAULT_GOLDEN_DIR if root is None else root
     control = TorchBackend(device=device)
     cases: dict[str, Any] = {}
+    manifests: dict[Any, dict[str, Any]] = {}  # MANIFEST.json read and checked once
     controls: dict[tuple[str, str], str] = {}
     out = []
 
@@ -503,7 +504,7 @@ def run_mutations(root: Any = None, device: str | None = "cpu", dtype: str | Non
             path = base / m.case
             if not (path / "case.json").is_file():
                 raise FileNotFoundError(f"golden case {m.case} needed by {m.backend.__name__} is missing under {base}")
-            cases[m.case] = load_case(path)
+            cases[m.case] = load_case(path, manifests=manifests)
         case = cases[m.case]
         backend = m.backend(device=device)
         own = one(backend, case, m.case, m.dtype)

@@ -56,13 +56,14 @@ def load_suite_checked(root: Path, groups: list[str] | None, pattern: str | None
             problems.append(f"{manifest_path} is not a valid manifest ({exc})")
     cases = []
     on_disk = set()
+    manifests: dict[Path, dict[str, Any]] = {}  # MANIFEST.json read and checked once for every selected case
     for d in case_dirs(root):  # filter on the folder name first: loading a case reads and hashes its tensors
         name = f"{d.parent.name}/{d.name}"
         on_disk.add(name)
         if not selected(name):
             continue
         try:
-            case = load_case(d)
+            case = load_case(d, manifests=manifests)
         except (FixtureError, ValueError, KeyError, OSError) as exc:
             problems.append(f"case {name} cannot be used: {exc}")
             continue

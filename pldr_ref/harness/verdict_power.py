@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -86,17 +86,30 @@ class PowerRow:
         return count / self.judgeable if self.judgeable else 0.0
 
 
-def measure(cases: Iterable[Any], dtypes: Iterable[str]) -> list[PowerRow]:
-    """:class:`PowerRow` per dtype over the ``forward`` cases among ``cases``."""
+def measure(cases: Iterable[Any], dtypes: Iterable[str],
+            results: Callable[[type, str], list[Any]] | None = None) -> list[PowerRow]:
+    """:class:`PowerRow` per dtype over the ``forward`` cases among ``cases``.
+
+    ``results(backend_class, dtype)``, when given, returns the validation results of that backend (one of the
+    three classes above) on those forward cases, for a caller that runs the same backends for other checks too
+    (the tests); by default each case is validated here.
+    """
     from pldr_ref.harness.validate import validate_case
 
     forward = [c for c in cases if c.kind == "forward"]
+
+    def verdicts(backend: type, dtype: str, among: list[Any]) -> dict[str, Any]:
+        if results is None:
+            return {c.name: validate_case(backend(), c, dtype) for c in among}
+        by_case = {r.case: r for r in results(backend, dtype)}
+        return {c.name: by_case[c.name] for c in among}
+
     rows = []
     for dtype in dtypes:
-        golden = {c.name: validate_case(GoldenLogits(), c, dtype) for c in forward}
+        golden = verdicts(GoldenLogits, dtype, forward)
         judgeable = [c for c in forward if golden[c.name].status in ("pass", "fail")]
-        zero = {c.name: validate_case(ZeroLogits(), c, dtype).status for c in judgeable}
-        noise = {c.name: validate_case(NoisyLogits(), c, dtype).status for c in judgeable}
+        zero = {name: r.status for name, r in verdicts(ZeroLogits, dtype, judgeable).items()}
+        noise = {name: r.status for name, r in verdicts(NoisyLogits, dtype, judgeable).items()}
         rows.append(PowerRow(dtype, len(forward), len(judgeable),
                              sum(golden[c.name].status == "pass" for c in judgeable),
                              sum(s == "fail" for s in zero.values()), sum(s == "fail" for s in noise.values()),
