@@ -243,7 +243,8 @@ def test_a_gross_error_fails_a_not_judgeable_case_at_its_stage(monkeypatch):
     assert validate_case(_GoldenTrace(), case, "bfloat16").status == "not_judgeable"
     bad = validate_case(_GoldenTrace(5.0), case, "bfloat16")
     assert bad.status == "fail", bad.reason
-    assert (bad.first_failure["stage"], bad.first_failure["layer"]) == ("masked_softmax", NOT_JUDGEABLE_LAYER), bad.reason
+    where = (bad.first_failure["stage"], bad.first_failure["layer"])
+    assert where == ("masked_softmax", NOT_JUDGEABLE_LAYER), bad.reason
     assert "gross error" in bad.reason and "dtype-accumulate-or-elementwise" in bad.reason
     monkeypatch.setattr(tolerance, "K_GROSS", float("inf"))
     assert validate_case(_GoldenTrace(5.0), case, "bfloat16").status == "not_judgeable"

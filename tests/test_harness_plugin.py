@@ -75,7 +75,8 @@ def test_not_judgeable_is_a_visible_skip_never_a_pass(tmp_path):
         "class Golden(Zero):\n"
         "    def run_case(self, case, dtype):\n"
         "        return {'logits': round_to(dtype, case.outputs['logits'])}\n")
-    r = run_pytest(tmp_path, "--pldr-backend", "logits_backends:Golden", "--pldr-select", "g_mode/external_pldrv51_110m_1$", "-rs")
+    r = run_pytest(tmp_path, "--pldr-backend", "logits_backends:Golden", "--pldr-select",
+                   "g_mode/external_pldrv51_110m_1$", "-rs")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 skipped" in r.stdout and "not_judgeable" in r.stdout and "passed" not in r.stdout
     r = run_pytest(tmp_path, "--pldr-backend", "logits_backends:Zero", "--pldr-select", "model/tiny_identity_g_short$")
