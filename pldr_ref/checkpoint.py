@@ -1,6 +1,6 @@
 """State-dict export and import: ``.safetensors``, ``.npz`` (pickle-free) or a mapping (spec §6).
 
-Accepted parameter dtypes (:data:`pldr_ref.params.ACCEPTED_FLOAT_DTYPES`): float16, bfloat16, float32 and
+Accepted parameter dtypes (:func:`pldr_ref.params.accepted_float_dtypes`): float16, bfloat16, float32 and
 float64, widened exactly to float64 (every such value is a float64).  Integer, bool and complex arrays are
 refused with an error naming the key; a file that cannot be read (truncated, bad header) is an error naming the file.
 """

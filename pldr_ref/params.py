@@ -15,7 +15,6 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
-import ml_dtypes
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
@@ -261,14 +260,30 @@ class Params(Mapping[str, np.ndarray]):
         )
 
 
-#: Parameter dtypes a checkpoint may hold; each converts exactly to float64.
-ACCEPTED_FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32),
-                         np.dtype(np.float64))
+#: NumPy's parameter dtypes a checkpoint may hold (with ml_dtypes' bfloat16: :func:`accepted_float_dtypes`).
+_NUMPY_FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def accepted_float_dtypes() -> tuple[np.dtype, ...]:
+    """Parameter dtypes a checkpoint may hold, each converting exactly to float64: float16, bfloat16, float32,
+    float64.  A function, not a constant: ml_dtypes (bfloat16) takes about 2 s to import, which every command that
+    never sees a bfloat16 array would pay."""
+    import ml_dtypes
+
+    return (_NUMPY_FLOAT_DTYPES[0], np.dtype(ml_dtypes.bfloat16), *_NUMPY_FLOAT_DTYPES[1:])
+
+
+def __getattr__(name: str) -> object:
+    if name == "ACCEPTED_FLOAT_DTYPES":  # the former constant, computed on first use
+        return accepted_float_dtypes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def check_param_dtype(name: str, arr: np.ndarray) -> None:
-    """``ValueError`` naming ``name`` unless ``arr`` has one of :data:`ACCEPTED_FLOAT_DTYPES` (any byte order)."""
-    if arr.dtype.newbyteorder("=") not in ACCEPTED_FLOAT_DTYPES:
-        accepted = ", ".join(str(d) for d in ACCEPTED_FLOAT_DTYPES)
+    """``ValueError`` naming ``name`` unless ``arr`` has one of :func:`accepted_float_dtypes` (any byte order)."""
+    dt = arr.dtype.newbyteorder("=")
+    if dt not in _NUMPY_FLOAT_DTYPES and dt not in accepted_float_dtypes():
+        accepted = ", ".join(str(d) for d in accepted_float_dtypes())
         raise ValueError(f"parameter {name!r} has dtype {arr.dtype}; accepted: {accepted} "
                          "(integer, bool and complex arrays are refused)")
 
