@@ -550,6 +550,16 @@ def test_layer_trace_names_have_one_source():
 
     assert onnx_graph.LAYER_OUTPUTS is LAYER_STAGES
     assert numpy32.LAYER_STAGES is LAYER_STAGES and exact_layer.LAYER_STAGES is LAYER_STAGES
+    if missing("torch") is None:
+        from pldr_ref.backends import torch_backend
+
+        assert torch_backend.LAYER_ENTRIES is LAYER_STAGES
+    # the engines' layers walk the registry's stages (pldr_ref.backends.stage_walk): their stage tables name
+    # registry stages only, so every trace name they return is a registry output
+    from pldr_ref.registry import ALL_STAGES
+
+    names = {s.name for s in ALL_STAGES}
     for extra, module in (("torch", "pldr_ref.backends.torch_backend"), ("jax", "pldr_ref.backends.jax_backend")):
         if missing(extra) is None:
-            assert __import__(module, fromlist=["x"]).LAYER_ENTRIES is LAYER_STAGES, module
+            table = __import__(module, fromlist=["x"]).STAGE_RUNNERS
+            assert table and set(table) <= names, (module, sorted(set(table) - names))
