@@ -363,14 +363,22 @@ def output_margins(cmp: TensorComparison | None, allowance: Allowance | None) ->
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
+def _first_beyond(tensors: Mapping[str, Any], top: float) -> str | None:
+    """The name of the first float tensor holding a finite value of magnitude above ``top``, else None."""
+    for name, v in tensors.items():
+        a = np.asarray(v)
+        if a.dtype.kind == "f" and np.any(np.isfinite(a) & (np.abs(a) > top)):
+            return name
+    return None
+
+
 def beyond_float32(case: Any) -> str | None:
     """The name of a float input or golden output of ``case`` holding a finite value beyond the float32 range
     (e.g. a finfo(float64).min mask, sigmoid inputs of 1e150), else None."""
     for label, tensors in (("input", case.inputs), ("output", case.outputs)):
-        for name, v in tensors.items():
-            a = np.asarray(v)
-            if a.dtype.kind == "f" and np.any(np.isfinite(a) & (np.abs(a) > FLOAT32_MAX)):
-                return f"{label} {name!r}"
+        name = _first_beyond(tensors, FLOAT32_MAX)
+        if name is not None:
+            return f"{label} {name!r}"
     return None
 
 
@@ -379,11 +387,8 @@ def inputs_beyond(case: Any, dtype: str) -> str | None:
     (e.g. the 1e6 rows of ``op/layer_norm_large_offset`` in float16, whose largest is 65504), else None: a
     backend storing in ``dtype`` is handed inf there, so its NaN is legitimate and no allowance applies."""
     top = float(np.finfo(np.float16).max) if dtype == "float16" else FLOAT32_MAX
-    for name, v in case.inputs.items():
-        a = np.asarray(v)
-        if a.dtype.kind == "f" and np.any(np.isfinite(a) & (np.abs(a) > top)):
-            return f"input {name!r}"
-    return None
+    name = _first_beyond(case.inputs, top)
+    return None if name is None else f"input {name!r}"
 
 
 #: Stored in place of statistics for an output the ensemble's runs do not produce.
