@@ -12,8 +12,11 @@ byte count with an optional K/M/G/T suffix (powers of 1024), e.g. ``PLDR_REF_MEM
 
 from __future__ import annotations
 
+import math
+
 from pldr_ref.config import PLDRConfig
 from pldr_ref.env_vars import BYTE_SUFFIXES, read_env
+from pldr_ref.switches import added_params
 
 #: Environment variable overriding the budget (bytes, optional K/M/G/T suffix; "none" disables the guard).
 BUDGET_ENV = "PLDR_REF_MEMORY_BUDGET"
@@ -75,6 +78,8 @@ def parameter_count(config: PLDRConfig) -> int:
     total = c.vocab_size * d + 2 * d + c.num_layers * layer + c.vocab_size * d + (c.vocab_size if c.final_bias else 0)
     if not c.uses_plga_params:
         total += c.num_layers * 3 * h * dk * dk
+    for per_layer, times in ((True, c.num_layers), (False, 1)):  # the tensors switch values add
+        total += times * sum(math.prod(a.resolve(c)) for a in added_params(c, per_layer=per_layer))
     return total
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from pldr_ref.config import PLDRConfig
 from pldr_ref.memory_budget import check_parameter_budget
+from pldr_ref.switches import added_params
 
 #: Keys that may appear in a checkpoint and are accepted but not used.
 IGNORED_KEYS = ("decoder.past_G_values_status",)
@@ -96,8 +97,10 @@ def param_shapes(config: PLDRConfig) -> dict[str, tuple[int, ...]]:
         for name in ("layernorm1", "layernorm2"):
             shapes[f"{p}{name}.weight"] = (d,)
             shapes[f"{p}{name}.bias"] = (d,)
+        shapes.update({p + a.name: a.resolve(c) for a in added_params(c, per_layer=True)})
     if not c.uses_plga_params:
         shapes[FIXED_G_KEY] = (c.num_layers, 3, 1, h, dk, dk)
+    shapes.update({a.name: a.resolve(c) for a in added_params(c, per_layer=False)})
     shapes["final_layer.weight"] = (c.vocab_size, d)
     if c.final_bias:
         shapes["final_layer.bias"] = (c.vocab_size,)
@@ -161,6 +164,9 @@ class LayerParams(NamedTuple):
     ffn: GLUParams
     norm1: NormParams
     norm2: NormParams
+    #: The layer's tensors that switch values add (:attr:`pldr_ref.switches.Switch.params`), by name after the
+    #: layer prefix: an optional stage's own weights.
+    extra: Mapping[str, np.ndarray] = MappingProxyType({})
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -257,6 +263,7 @@ class Params(Mapping[str, np.ndarray]):
             t[f"{p}mha1.dense.weight"], opt(f"{p}mha1.dense.bias"),
             a_norm, lift, lift_norm, drop, drop_norm, res_units, plga, g_fixed,
             glu(f"{p}ffn."), norm(f"{p}layernorm1"), norm(f"{p}layernorm2"),
+            MappingProxyType({a.name: t[p + a.name] for a in added_params(c, per_layer=True)}),
         )
 
 

@@ -51,13 +51,36 @@ AUTO = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
+class SwitchParam:
+    """A parameter tensor that a switch value adds to the model (an optional stage's own weights).
+
+    name: for a per-layer tensor the name after the layer prefix (``"q_norm.weight"`` is
+    ``decoder.dec_layers.{i}.q_norm.weight``), for a model-level one the whole name; shape: each axis a ``PLDRConfig``
+    size field (``"d_model"``, ``"d_k"``, ``"num_heads"``, ...) or an int.  The tensor exists only while the switch
+    has that value, so every config at the default keeps its parameters (and every golden value) unchanged;
+    :func:`pldr_ref.params.param_shapes` lists it (after its layer's tensors, or before the LM head), ``init_params``
+    initialises it by its name as any other tensor (``*norm*``: gain 1, shift 0), and a per-layer one is in
+    :attr:`pldr_ref.params.LayerParams.extra` under ``name``.
+    """
+
+    name: str
+    shape: tuple[str | int, ...]
+    per_layer: bool = True
+
+    def resolve(self, config: object) -> tuple[int, ...]:
+        """The shape at ``config`` (size fields read from it)."""
+        return tuple(int(getattr(config, a)) if isinstance(a, str) else int(a) for a in self.shape)
+
+
+@dataclasses.dataclass(frozen=True)
 class Switch:
     """One ``PLDRConfig`` string field and its allowed values (see the module docstring).
 
     name: the ``PLDRConfig`` field; default: its default value; meaning: one line; values: value -> one-line
     meaning, in the order the values are listed everywhere; group: one of :data:`GROUPS`; engines: engine (every
     key of :data:`ENGINES`) -> the values it implements (always including the default); uncased: values no stored
-    golden case can carry (they run a user's callable), exempt from the fixture coverage.
+    golden case can carry (they run a user's callable), exempt from the fixture coverage; params: value -> the
+    parameter tensors that value adds (:class:`SwitchParam`; never the default's).
     """
 
     name: str
@@ -67,9 +90,11 @@ class Switch:
     group: str
     engines: Mapping[str, tuple[str, ...]]
     uncased: tuple[str, ...] = ()
+    params: Mapping[str, tuple[SwitchParam, ...]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "values", types.MappingProxyType(dict(self.values)))
+        object.__setattr__(self, "params", types.MappingProxyType({v: tuple(p) for v, p in self.params.items()}))
         object.__setattr__(self, "engines", types.MappingProxyType({e: tuple(v) for e, v in self.engines.items()}))
         where = f"Switch {self.name!r}"
         if len(self.values) < 2:
@@ -82,6 +107,8 @@ class Switch:
             raise ValueError(f"{where}: engines must name exactly {tuple(ENGINES)}, got {tuple(self.engines)}")
         if not set(self.uncased) <= set(self.values) or self.default in self.uncased:
             raise ValueError(f"{where}: uncased {self.uncased} must be non-default values of {self.choices}")
+        if not set(self.params) <= set(self.values) or self.params.get(self.default):
+            raise ValueError(f"{where}: params must be keyed by non-default values of {self.choices}")
         for engine, implemented in self.engines.items():
             unknown = [v for v in implemented if v not in self.values]
             if unknown or self.default not in implemented:
@@ -129,8 +156,9 @@ def _engines(values: Mapping[str, str], default: str, *, every: tuple[str, ...] 
 
 def _switch(name: str, default: str, group: str, meaning: str, values: Mapping[str, str], *,
             every: tuple[str, ...] = tuple(ENGINES), only: Mapping[str, tuple[str, ...]] | None = None,
-            uncased: tuple[str, ...] = ()) -> Switch:
-    return Switch(name, default, meaning, values, group, _engines(values, default, every=every, only=only), uncased)
+            uncased: tuple[str, ...] = (), params: Mapping[str, tuple[SwitchParam, ...]] | None = None) -> Switch:
+    return Switch(name, default, meaning, values, group, _engines(values, default, every=every, only=only), uncased,
+                  dict(params or {}))
 
 
 #: The engines that implement every issue-12 emulation switch value (the float64 reference and the mpmath tier);
@@ -225,6 +253,13 @@ def switch(name: str) -> Switch:
     if name not in BY_NAME:
         raise KeyError(f"unknown switch {name!r}; the table has {tuple(BY_NAME)}")
     return BY_NAME[name]
+
+
+def added_params(config: object, *, per_layer: bool) -> tuple[SwitchParam, ...]:
+    """The parameter tensors the switch values of ``config`` add (:attr:`Switch.params`), per layer or model-level,
+    in table order."""
+    return tuple(p for s in SWITCHES for p in s.params.get(getattr(config, s.name, s.default), ())
+                 if p.per_layer == per_layer)
 
 
 def choices() -> dict[str, tuple[str, ...]]:

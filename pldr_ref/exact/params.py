@@ -7,6 +7,7 @@ working precision, so one conversion serves every precision of the guard.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -15,11 +16,14 @@ from pldr_ref.exact.numbers import to_mp
 
 
 def exact_tree(obj: Any) -> Any:
-    """Convert arrays inside (named) tuples to exact nested lists; None stays None."""
+    """Convert arrays inside (named) tuples and mappings (``LayerParams.extra``) to exact nested lists; None stays
+    None."""
     if obj is None:
         return None
     if isinstance(obj, np.ndarray):
         return to_mp(obj)
+    if isinstance(obj, Mapping):
+        return {k: exact_tree(v) for k, v in obj.items()}
     if isinstance(obj, tuple):
         items = [exact_tree(x) for x in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
