@@ -134,6 +134,21 @@ def _check(got: dict, hashes: dict, store: set[str]) -> None:
             assert g["on"]["digest"] not in store, name
 
 
+def test_a_config_is_stored_and_hashed_with_its_non_default_switches_only() -> None:
+    from pldr_ref.config import PLDRConfig
+    from pldr_ref.harness.ensemble import config_text
+    from pldr_ref.switches import names
+
+    tiny = PLDRConfig.preset("tiny")
+    assert not set(tiny.to_dict()) & set(names()) and {"d_k", "pad_id", "rope_base"} <= set(tiny.to_dict())
+    half = tiny.replace(rope_layout="half", masked_row="zeros")
+    assert half.non_default_switches() == {"rope_layout": "half", "masked_row": "zeros"}
+    assert {k: v for k, v in half.to_dict().items() if k in names()} == half.non_default_switches()
+    assert PLDRConfig.from_dict(half.to_dict()) == half and PLDRConfig.from_dict(tiny.to_dict()) == tiny
+    # negative control: a non-default value is stored and hashed, a default one is not
+    assert config_text(half) != config_text(tiny) == config_text(tiny.replace(rope_layout="interleaved"))
+
+
 def test_a_switch_added_at_its_default_leaves_golden_and_calibration_as_they_are() -> None:
     hashes, store = _committed()
     got = _probe(SAMPLE)
