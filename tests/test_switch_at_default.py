@@ -121,8 +121,11 @@ def _probe(names: dict[str, str]) -> dict:
 
 def _committed() -> tuple[dict, set[str]]:
     """(case -> the MANIFEST's case.json hash, the case digests of calibration.json)."""
-    manifest = json.loads((ROOT / "golden" / "MANIFEST.json").read_text(encoding="utf-8"))
-    store = json.loads((ROOT / "pldr_ref" / "harness" / "calibration.json").read_text(encoding="utf-8"))
+    from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR
+    from pldr_ref.harness.ensemble import CACHE_FILE
+
+    manifest = json.loads((DEFAULT_GOLDEN_DIR / "MANIFEST.json").read_text(encoding="utf-8"))
+    store = json.loads(CACHE_FILE.read_text(encoding="utf-8"))
     return {n: c["files"]["case.json"] for n, c in manifest["cases"].items()}, set(store["cases"])
 
 
