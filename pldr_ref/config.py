@@ -189,12 +189,24 @@ class PLDRConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-serialisable dict of every field."""
-        return dataclasses.asdict(self)
+        """Plain JSON-serialisable dict: every structural field (sizes, constants, biases, ``pad_id``) and each
+        switch of the switch table only where it differs from its default (:meth:`non_default_switches`).
+
+        Every stored or hashed form of a config is this one -- a golden ``case.json``, the calibration digest
+        (:func:`pldr_ref.harness.ensemble.case_digest`), a profile suite's cache key, an ONNX file's metadata -- so
+        a switch added at its default leaves them byte-identical (``docs/adding_a_switch.md``);
+        :meth:`from_dict` fills the defaults back."""
+        changed = self.non_default_switches()
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in _CHOICES or k in changed}
+
+    def non_default_switches(self) -> dict[str, str]:
+        """Switch -> value, for every switch of the switch table this config sets to a value other than its
+        default (table order)."""
+        return {name: getattr(self, name) for name in _CHOICES if getattr(self, name) != switch(name).default}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PLDRConfig:
-        """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        """Inverse of :meth:`to_dict` (a switch absent takes its default); unknown keys are an error."""
         unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"PLDRConfig has no field(s) {sorted(unknown)}")

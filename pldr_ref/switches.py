@@ -146,20 +146,23 @@ class Switch:
             raise self.error(value, owner, allowed)
 
 
-def _engines(values: Mapping[str, str], default: str, *, every: tuple[str, ...] = tuple(ENGINES),
+def _engines(values: Mapping[str, str], default: str, *, every: tuple[str, ...],
              only: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, tuple[str, ...]]:
     """Engine -> implemented values: the engines in ``every`` implement every value, those in ``only`` the values
-    given, every other engine the default alone."""
+    given, every other engine the default alone (no engine claims a value its record does not name)."""
     only = dict(only or {})
     return {e: tuple(values) if e in every else only.get(e, (default,)) for e in ENGINES}
 
 
 def _switch(name: str, default: str, group: str, meaning: str, values: Mapping[str, str], *,
-            every: tuple[str, ...] = tuple(ENGINES), only: Mapping[str, tuple[str, ...]] | None = None,
+            every: tuple[str, ...], only: Mapping[str, tuple[str, ...]] | None = None,
             uncased: tuple[str, ...] = (), params: Mapping[str, tuple[SwitchParam, ...]] | None = None) -> Switch:
     return Switch(name, default, meaning, values, group, _engines(values, default, every=every, only=only), uncased,
                   dict(params or {}))
 
+
+#: Every engine: the ``every=`` of a switch each engine implements in full (the model and quirk switches).
+_ALL = tuple(ENGINES)
 
 #: The engines that implement every issue-12 emulation switch value (the float64 reference and the mpmath tier);
 #: every other engine computes them at their defaults.
@@ -171,40 +174,40 @@ SWITCHES: tuple[Switch, ...] = (
     _switch("rope_layout", "interleaved", "model", "which coordinates RoPE rotates together", {
         "interleaved": "pairs (x_2i, x_2i+1): torchtune, PT-v510, HF reference_rope=True",
         "half": "pairs (x_i, x_i+d_k/2): keras-nlp rotate_half, TF-v500/v900, HF reference_rope=False",
-    }),
+    }, every=_ALL),
     _switch("rope_precision", "exact", "quirk", "the legacy RoPE switch: table and rotation together", {
         "exact": "angles p * omega_i and the rotation in float64",
         "float32": "the float32 table (every step correctly rounded) and a float32 rotation",
-    }),
+    }, every=_ALL),
     _switch("mask_mode", "ideal", "quirk", "how a masked key enters the logits", {
         "ideal": "-inf where masked: an exact zero weight",
         "additive": "scores + mask_value (-1e9) where masked (PT-v510, TF)",
         "finfo_min": "scores + finfo(float64).min where masked (HF eager)",
-    }),
+    }, every=_ALL),
     _switch("embed_scale_precision", "exact", "quirk", "the embedding scale sqrt(d)", {
         "exact": "sqrt(d) in float64",
         "float32": "the float32 sqrt(d) (PT-v510, TF)",
-    }),
+    }, every=_ALL),
     _switch("metric_learner", "v500", "model", "the residual network that learns A from A0", {
         "v500": "residual GLU units on d_k-wide rows (PLDRv5)",
         "v900": "lifted to A_dff_depth, residual units, dropped back to d_k (PLDRv9)",
         "none": "no metric learner (a fixed G needs none)",
-    }),
+    }, every=_ALL),
     _switch("g_mode", "learned", "model", "where the energy-curvature tensor G_LM comes from", {
         "learned": "PLGA: A -> A_LM -> A_P -> G_LM from the layer's parameters",
         "identity": "G_LM = I (scaled dot-product attention)",
         "random": "a fixed random G_LM buffer",
         "external": "a fixed G_LM given by the user (e.g. a trained one)",
-    }),
+    }, every=_ALL),
     _switch("gram_mode", "global", "model", "which query rows form the density operator A0", {
         "global": "one Gram of every row per head",
         "cumulative": "a running Gram per query row (causal A0)",
-    }),
+    }, every=_ALL),
     _switch("init_scheme", "torch", "init", "how init_params draws parameters (never the forward map)", {
         "torch": "torch nn.Linear / nn.Embedding defaults",
         "keras": "Keras glorot_uniform / zeros",
         "hf": "HF xavier_uniform",
-    }),
+    }, every=_ALL),
     _switch("rope_table", AUTO, "emulation", "the RoPE cos/sin table source", {
         AUTO: "follow rope_precision",
         "exact": "real angles p * omega_i in float64",
@@ -280,12 +283,16 @@ ENGINE_SWITCHES = names("model", "quirk", "emulation")
 
 
 def declared_switches(engine: str) -> dict[str, tuple[str, ...]]:
-    """The ``Capabilities.switches`` of ``engine``: each switch of which it implements only some values, with
-    those values (a switch absent means every value)."""
+    """The ``Capabilities.switches`` of ``engine``: every switch an engine computes with (:data:`ENGINE_SWITCHES`),
+    with the values it implements (a switch a backend leaves out means its default only, so every one is listed)."""
     if engine not in ENGINES:
         raise KeyError(f"unknown engine {engine!r}; the table knows {tuple(ENGINES)}")
-    return {s.name: s.engines[engine] for s in SWITCHES
-            if s.name in ENGINE_SWITCHES and s.engines[engine] != s.choices}
+    return {s.name: s.engines[engine] for s in SWITCHES if s.name in ENGINE_SWITCHES}
+
+
+def partial_switches(engine: str) -> dict[str, tuple[str, ...]]:
+    """The switches of :func:`declared_switches` that ``engine`` implements at some values only, with those."""
+    return {k: v for k, v in declared_switches(engine).items() if v != BY_NAME[k].choices}
 
 
 def pinned_values(engine: str) -> dict[str, str]:
@@ -293,7 +300,7 @@ def pinned_values(engine: str) -> dict[str, str]:
 
     ``ValueError`` if the engine implements some switch at several but not all values (that engine then needs
     :func:`declared_switches`, which this flat form cannot express)."""
-    declared = declared_switches(engine)
+    declared = partial_switches(engine)
     several = {k: v for k, v in declared.items() if len(v) > 1}
     if several:
         raise ValueError(f"engine {engine!r} implements {several}: more than one value but not every value")
@@ -302,7 +309,7 @@ def pinned_values(engine: str) -> dict[str, str]:
 
 def unsupported(engine: str, config: object) -> dict[str, object]:
     """Switch -> the config's value, for every value of ``config`` that ``engine`` does not implement."""
-    return {name: getattr(config, name) for name, values in declared_switches(engine).items()
+    return {name: getattr(config, name) for name, values in partial_switches(engine).items()
             if getattr(config, name) not in values}
 
 

@@ -27,7 +27,7 @@ from pldr_ref.harness.ensemble import (
     robust_stats,
 )
 from pldr_ref.harness.localize import judge
-from pldr_ref.harness.protocol import ARITHMETICS, DEFAULT_ARITHMETIC, Capabilities
+from pldr_ref.harness.protocol import ARITHMETICS, DEFAULT_ARITHMETIC, SWITCHES, Capabilities, every_value
 from pldr_ref.harness.tolerance import (
     K_GROSS,
     K_RMS,
@@ -220,7 +220,8 @@ class _GoldenTrace:
         self.scale_E = scale_E
 
     def capabilities(self):
-        return Capabilities(dtypes=("bfloat16", "float16"), kinds=("forward",), position_ids=True)
+        return Capabilities(dtypes=("bfloat16", "float16"), kinds=("forward",), position_ids=True,
+                            switches=every_value(*SWITCHES))
 
     def run_case(self, case, dtype):
         from pldr_ref.harness.tolerance import round_to

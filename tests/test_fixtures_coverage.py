@@ -10,7 +10,15 @@ import dataclasses
 import json
 from pathlib import Path
 
-from pldr_ref.config import G_MODES, GRAM_MODES, MASK_MODES, METRIC_LEARNERS, ROPE_LAYOUTS, ROPE_PRECISIONS
+from pldr_ref.config import (
+    G_MODES,
+    GRAM_MODES,
+    MASK_MODES,
+    METRIC_LEARNERS,
+    ROPE_LAYOUTS,
+    ROPE_PRECISIONS,
+    PLDRConfig,
+)
 from pldr_ref.fixtures.runners import RUNNERS
 from pldr_ref.fixtures.suite import CACHE_MODES, build_suite
 from pldr_ref.inference.modes import NATIVE_MODES
@@ -31,11 +39,11 @@ def missing_coverage(cases, stages=FORWARD_STAGES, op_functions=OP_FUNCTIONS) ->
         if not set(stage.outputs) <= model_outputs:
             missing.append(f"stage {stage.name}: outputs {stage.outputs} not in any model-level trace")
     missing += [f"OP_FUNCTIONS[{k!r}]: no case" for k in op_functions if k not in kinds]
-    configs = [c["config"] for c in cases if c["config"]]
+    configs = [PLDRConfig.from_dict(c["config"]) for c in cases if c["config"]]  # a default switch is not stored
     for field, values in (("g_mode", G_MODES), ("mask_mode", MASK_MODES), ("rope_layout", ROPE_LAYOUTS),
                           ("rope_precision", ROPE_PRECISIONS), ("gram_mode", GRAM_MODES),
                           ("metric_learner", METRIC_LEARNERS)):
-        seen = {cfg[field] for cfg in configs}
+        seen = {getattr(cfg, field) for cfg in configs}
         missing += [f"config {field}={v!r}: no case" for v in values if v not in seen]
     modes = {c["args"].get("mode") for c in cases if c["kind"] == "cached_generation"}
     missing += [f"cache mode {m!r}: no case" for m in [*NATIVE_MODES, "hf", "hf-first-G"] if m not in modes]

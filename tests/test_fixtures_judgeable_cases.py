@@ -145,9 +145,9 @@ class RmsNoiseLogits:
         self.fraction = fraction
 
     def capabilities(self):
-        from pldr_ref.harness.protocol import DTYPES, Capabilities
+        from pldr_ref.harness.protocol import DTYPES, SWITCHES, Capabilities, every_value
 
-        return Capabilities(dtypes=DTYPES, kinds=("forward",), full_trace=False)
+        return Capabilities(dtypes=DTYPES, kinds=("forward",), full_trace=False, switches=every_value(*SWITCHES))
 
     def run_case(self, case, dtype):
         g = np.asarray(case.outputs["logits"], dtype=np.float64)

@@ -12,7 +12,15 @@ from pldr_ref.backends.reference import ReferenceBackend
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
 from pldr_ref.harness import tolerance
 from pldr_ref.harness.localize import judge
-from pldr_ref.harness.protocol import Capabilities, Unsupported, load_backend, unsupported_reason
+from pldr_ref.harness.protocol import (
+    SWITCHES,
+    Capabilities,
+    Unsupported,
+    differing_switches,
+    every_value,
+    load_backend,
+    unsupported_reason,
+)
 from pldr_ref.harness.validate import validate, validate_case
 
 
@@ -90,6 +98,32 @@ class PrimaryOnlyBackend(ReferenceBackend):
     def run_case(self, case, dtype):
         out = super().run_case(case, dtype)
         return {} if self.drop_logits else {"logits": out["logits"]}
+
+
+def test_an_undeclared_switch_means_its_default_only() -> None:
+    """A backend that declares no switch supports the defaults only: a case with non-default values is unsupported
+    and the reason names every differing switch, declared or not (issue 32: a switch added later is never claimed
+    by a backend written before it)."""
+    import types
+
+    from pldr_ref.config import PLDRConfig
+
+    caps = Capabilities(dtypes=("float32",), kinds=("forward",), switches={"mask_mode": ("ideal", "additive")})
+    backend = types.SimpleNamespace(name="b", capabilities=lambda: caps)
+    config = PLDRConfig.preset("tiny", rope_layout="half", mask_mode="finfo_min", masked_row="zeros")
+    case = types.SimpleNamespace(kind="forward", config=config, inputs={}, args={})
+    assert unsupported_reason(backend, case, "float32") == (
+        "rope_layout='half' not supported (not declared: its default 'interleaved' only); "
+        "mask_mode='finfo_min' not supported (declared: ideal, additive); "
+        "masked_row='zeros' not supported (not declared: its default 'arithmetic' only)")
+    assert caps.g_modes == ("learned",) and caps.supported("gram_mode") == ("global",)
+    # negative controls: the defaults (and a declared value) run; declaring every value claims them all
+    plain = types.SimpleNamespace(kind="forward", config=PLDRConfig.preset("tiny", mask_mode="additive"),
+                                  inputs={}, args={})
+    assert unsupported_reason(backend, plain, "float32") is None
+    assert differing_switches(dataclasses.replace(caps, switches=every_value(*SWITCHES)), config) == []
+    with pytest.raises(ValueError, match=r"unknown switch.*colour"):
+        every_value("colour")
 
 
 def test_declared_switch_is_unsupported_with_reason(tiny_case):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, iter_cases
-from pldr_ref.harness.protocol import DTYPES, Capabilities
+from pldr_ref.harness.protocol import DTYPES, SWITCHES, Capabilities, every_value
 from pldr_ref.harness.representable import _layer_taint, fully_masked_rows, representable_part
 from pldr_ref.harness.tolerance import round_to
 from pldr_ref.harness.validate import validate
@@ -64,7 +64,7 @@ class _Logits:
         self.fn = fn
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(dtypes=DTYPES, kinds=("forward",), full_trace=False)
+        return Capabilities(dtypes=DTYPES, kinds=("forward",), full_trace=False, switches=every_value(*SWITCHES))
 
     def run_case(self, case, dtype):
         return {"logits": self.fn(round_to(dtype, case.outputs["logits"]).copy())}

@@ -32,7 +32,7 @@ from pldr_ref.backends.onnx_loading import ModelFileError, read_model  # noqa: E
 from pldr_ref.cli import main  # noqa: E402
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case  # noqa: E402
 from pldr_ref.harness.localize import judge  # noqa: E402
-from pldr_ref.harness.protocol import Capabilities  # noqa: E402
+from pldr_ref.harness.protocol import SWITCHES, Capabilities, every_value  # noqa: E402
 from pldr_ref.harness.tolerance import RULE_NOT_JUDGEABLE, Allowance  # noqa: E402
 from pldr_ref.harness.validate import validate_case  # noqa: E402
 from pldr_ref.memory_budget import MemoryBudgetError  # noqa: E402
@@ -394,7 +394,7 @@ def test_negative_control_the_signal_alone_cannot_stop_onnx_runtime(exported: Pa
 
 # ----------------------------------------------------------------------------- cause 2: what the exporter refuses
 class ExportedModel:
-    """An exported model judged with no switch declared unsupported: the exporter alone decides what is refused."""
+    """An exported model judged with every switch value declared: the exporter alone decides what is refused."""
 
     name = "exported"
 
@@ -402,7 +402,8 @@ class ExportedModel:
         self.model = model
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(dtypes=("float32",), kinds=("forward",), position_ids=True)
+        return Capabilities(dtypes=("float32",), kinds=("forward",), position_ids=True,
+                            switches=every_value(*SWITCHES))
 
     def run_case(self, case, dtype):
         return self.model.run_forward(case)

@@ -25,6 +25,7 @@ returned as it is and refused by the harness' type check (:mod:`pldr_ref.harness
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -186,7 +187,7 @@ class OnnxModel:
         """The file's outputs (float64) for a forward case of its config."""
         c = case.params.config
         if c != self.config:
-            diff = sorted(k for k, v in c.to_dict().items() if self.config.to_dict().get(k) != v)
+            diff = sorted(f.name for f in dataclasses.fields(c) if getattr(c, f.name) != getattr(self.config, f.name))
             raise Unsupported(f"{self.label} is exported for another config (differs in {', '.join(diff[:4])})")
         ids = np.asarray(case.inputs["token_ids"]).astype(np.int64)
         args = dict(case.args or {})

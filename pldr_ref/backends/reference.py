@@ -15,6 +15,7 @@ import numpy as np
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
 from pldr_ref.harness.stage_reference import reference_stage
 from pldr_ref.registry import ALL_STAGES
+from pldr_ref.switches import declared_switches
 
 
 class ReferenceBackend:
@@ -26,7 +27,8 @@ class ReferenceBackend:
         from pldr_ref.fixtures.runners import RUNNERS
 
         return Capabilities(dtypes=("float64",), kinds=tuple(sorted(RUNNERS)),
-                            stages=tuple(s.name for s in ALL_STAGES), caches=("kv", "g"), position_ids=True)
+                            stages=tuple(s.name for s in ALL_STAGES), caches=("kv", "g"), position_ids=True,
+                            switches=declared_switches("float64"))
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         if dtype != "float64":

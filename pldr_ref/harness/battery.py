@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.harness.arithmetic import Arithmetic, emulating
-from pldr_ref.harness.protocol import DEFAULT_EMULATION_SWITCHES, Capabilities, StageRequest, Unsupported
+from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported, every_value
+from pldr_ref.switches import names
 
 #: Arithmetic of the emulated battery backends (none of them is a calibration member:
 #: ``tests/test_harness_battery.py`` checks).
@@ -73,7 +74,7 @@ class EmulatedBackend:
         from pldr_ref.registry import ALL_STAGES
 
         return Capabilities(dtypes=BATTERY_DTYPES, kinds=tuple(RUNNERS), stages=tuple(s.name for s in ALL_STAGES),
-                            caches=("kv", "g"), switches=DEFAULT_EMULATION_SWITCHES, position_ids=True,
+                            caches=("kv", "g"), switches=every_value(*names("model", "quirk")), position_ids=True,
                             arithmetic=self.declared)
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:

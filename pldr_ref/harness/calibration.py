@@ -86,11 +86,11 @@ class _GoldenBackend:
 
     def capabilities(self) -> Any:
         from pldr_ref.fixtures.runners import RUNNERS
-        from pldr_ref.harness.protocol import DTYPES, Capabilities
+        from pldr_ref.harness.protocol import DTYPES, SWITCHES, Capabilities, every_value
         from pldr_ref.registry import ALL_STAGES
 
         return Capabilities(dtypes=DTYPES, kinds=tuple(RUNNERS), stages=tuple(s.name for s in ALL_STAGES),
-                            caches=("kv", "g"), position_ids=True)
+                            caches=("kv", "g"), position_ids=True, switches=every_value(*SWITCHES))
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         return dict(case.outputs)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -75,10 +76,18 @@ def round_up(x: float, digits: int = SIGNIFICANT_DIGITS) -> float:
     return float(f"{math.ceil(x / q - 1e-9) * q:.{digits}g}")
 
 
+def config_text(config: Any) -> str:
+    """The config as :func:`case_digest` hashes it: the sorted JSON of ``PLDRConfig.to_dict()``, which holds a switch
+    only at a value other than its default, so a switch added at its default leaves every digest as it was
+    (``"None"`` for a case without a model)."""
+    return "None" if config is None else json.dumps(config.to_dict(), sort_keys=True)
+
+
 def case_digest(case: Any) -> str:
-    """A digest of what a calibration depends on: the case's name, kind, config, args, inputs, outputs, params."""
+    """A digest of what a calibration depends on: the case's name, kind, config (:func:`config_text`), args,
+    inputs, outputs, params."""
     h = hashlib.sha256()
-    h.update(repr((case.name, case.kind, repr(case.config), sorted(case.args.items()))).encode())
+    h.update(repr((case.name, case.kind, config_text(case.config), sorted(case.args.items()))).encode())
     tensors = [case.inputs, case.outputs] + ([dict(case.params.items())] if case.params is not None else [])
     for group in tensors:
         for k in sorted(group):

@@ -76,10 +76,10 @@ class _GoldenOutputs:
 
     def capabilities(self) -> Any:
         from pldr_ref.fixtures.runners import RUNNERS
-        from pldr_ref.harness.protocol import DTYPES, Capabilities
+        from pldr_ref.harness.protocol import DTYPES, SWITCHES, Capabilities, every_value
 
         return Capabilities(dtypes=DTYPES, kinds=tuple(RUNNERS), stages=self.stages, caches=("kv", "g"),
-                            position_ids=True)
+                            position_ids=True, switches=every_value(*SWITCHES))
 
     def run_case(self, case: Any, dtype: str) -> dict[str, Any]:
         return dict(case.outputs)

@@ -33,9 +33,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from pldr_ref.config import G_MODES, PLDRConfig, switch_defaults
+from pldr_ref.config import PLDRConfig, switch_defaults
 from pldr_ref.params import Params
-from pldr_ref.switches import ENGINE_SWITCHES
+from pldr_ref.switches import BY_NAME, ENGINE_SWITCHES
 
 #: Every dtype name the harness knows (backend outputs are compared with ULPs in that dtype).
 DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -61,10 +61,21 @@ DEFAULT_ARITHMETIC = ("float32-accumulate",)
 
 #: The issue-12 emulation switches at the values a backend computes when it implements none of them
 #: (float64 table and rotation, exact scale, mask added and softmax taken in the compute dtype, masked rows
-#: as the arithmetic gives them, pads from the token id).  A backend that implements none declares these,
-#: so the switch cases are reported unsupported for it instead of failing.  The bundled backends declare
-#: theirs from the switch table (:func:`pldr_ref.switches.declared_switches`).
+#: as the arithmetic gives them, pads from the token id).  Since a switch a backend does not declare means its
+#: default only, declaring these is the same as leaving them out; they stay for backends written before.  The
+#: bundled backends declare theirs from the switch table (:func:`pldr_ref.switches.declared_switches`).
 DEFAULT_EMULATION_SWITCHES: dict[str, tuple[str, ...]] = {k: (v,) for k, v in switch_defaults().items()}
+
+
+def every_value(*switches: str) -> dict[str, tuple[str, ...]]:
+    """``Capabilities.switches`` claiming every value of each of ``switches`` (in the switch table today): what a
+    backend writes for the switches it implements in full, e.g. ``every_value("rope_layout", "mask_mode")``.  A
+    switch it does not name keeps its default only, so a switch added to the table later is never claimed by a
+    backend written before it.  ``ValueError`` naming the known switches for an unknown one."""
+    bad = [s for s in switches if s not in SWITCHES]
+    if bad:
+        raise ValueError(f"unknown switch(es) {bad}; known: {SWITCHES}")
+    return {s: BY_NAME[s].choices for s in switches}
 
 
 class Unsupported(Exception):  # noqa: N818 - a verdict, not an error
@@ -82,8 +93,10 @@ class Capabilities:
     dtypes: compute dtypes (subset of :data:`DTYPES`); kinds: case kinds it runs end to end
     (``forward``, ``decoder_layer``, op names of ``pldr_ref.registry.OP_FUNCTIONS``, cache kinds);
     stages: ``pldr_ref.registry.FORWARD_STAGES`` names it can run in isolation; caches: subset of
-    :data:`CACHE_FEATURES`; switches: PLDRConfig switch -> supported values (a switch absent
-    here means "every value"; G modes are declared as ``switches={"g_mode": (...)}``); full_trace:
+    :data:`CACHE_FEATURES`; switches: PLDRConfig switch -> supported values (a switch absent here means its
+    default value only: a switch added to the table later, or one the backend forgot, is never claimed; a
+    switch it implements in full is listed with every value, :func:`every_value`; G modes are declared as
+    ``switches={"g_mode": (...)}``); full_trace:
     returns every trace entry, not only the primary outputs; position_ids: honours per-row RoPE
     positions given as the case input ``position_ids`` (issue 12; cases with that input are
     unsupported otherwise, never silently run with default positions); arithmetic: the arithmetic its
@@ -117,10 +130,14 @@ class Capabilities:
         if bad:
             raise ValueError(f"Capabilities.arithmetic has unknown arithmetic(s) {bad}; known: {ARITHMETICS}")
 
+    def supported(self, switch: str) -> tuple[str, ...]:
+        """The values of ``switch`` the backend supports: those declared, else the switch's default alone."""
+        return tuple(self.switches.get(switch, (BY_NAME[switch].default,)))
+
     @property
     def g_modes(self) -> tuple[str, ...]:
-        """The G modes the backend supports (``switches["g_mode"]``, else every mode)."""
-        return tuple(self.switches.get("g_mode", G_MODES))
+        """The G modes the backend supports (``switches["g_mode"]``, else the default ``learned`` alone)."""
+        return self.supported("g_mode")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (for reports)."""
@@ -186,7 +203,9 @@ def unsupported_reason(backend: Any, case: Any, dtype: str) -> str | None:
     if config is not None:
         differing = differing_switches(caps, config)
         if differing:
-            return "; ".join(f"{switch}={value!r} not supported (declared: {', '.join(values)})"
+            return "; ".join(f"{switch}={value!r} not supported ("
+                             + (f"declared: {', '.join(values)})" if switch in caps.switches
+                                else f"not declared: its default {values[0]!r} only)")
                              for switch, value, values in differing)
     if "position_ids" in (getattr(case, "inputs", {}) or {}) and not caps.position_ids:
         return "per-row position_ids not supported (Capabilities.position_ids is False)"
@@ -198,13 +217,14 @@ def unsupported_reason(backend: Any, case: Any, dtype: str) -> str | None:
 
 
 def differing_switches(caps: Capabilities, config: Any) -> list[tuple[str, Any, tuple[str, ...]]]:
-    """Every (switch, the config's value, the declared values) where the config's value is not declared, in the
-    switch table's order (all of them: a backend learns at once everything that keeps it from a case)."""
+    """Every (switch, the config's value, the supported values) where the config's value is not supported (a switch
+    the backend does not declare supports its default only: :meth:`Capabilities.supported`), in the switch table's
+    order (all of them: a backend learns at once everything that keeps it from a case)."""
     out = []
     for switch in SWITCHES:
-        values = caps.switches.get(switch)
-        if values is not None and getattr(config, switch) not in values:
-            out.append((switch, getattr(config, switch), tuple(values)))
+        values = caps.supported(switch)
+        if getattr(config, switch) not in values:
+            out.append((switch, getattr(config, switch), values))
     return out
 
 

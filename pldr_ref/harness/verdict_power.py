@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pldr_ref.harness.protocol import DTYPES, Capabilities
+from pldr_ref.harness.protocol import DTYPES, SWITCHES, Capabilities, every_value
 
 #: Relative size of the noise of :class:`NoisyLogits` (of the RMS of the golden logits, so its relative RMS error is
 #: about this fraction whatever the logits' largest entry).
@@ -33,8 +33,9 @@ class ZeroLogits:
     name = "zero-logits"
 
     def capabilities(self) -> Capabilities:
-        """Every dtype, forward cases, logits only, any per-row positions."""
-        return Capabilities(dtypes=DTYPES, kinds=("forward",), full_trace=False, position_ids=True)
+        """Every dtype, forward cases, logits only, any per-row positions, every switch value."""
+        return Capabilities(dtypes=DTYPES, kinds=("forward",), full_trace=False, position_ids=True,
+                            switches=every_value(*SWITCHES))
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         """Zeros shaped like the golden logits."""
