@@ -336,7 +336,7 @@ def masked_attention_weights(
         # the logits go straight into E's rows, and the softmax runs there in place (rounding may copy)
         logits = r("masked_logits", apply_mask(sc, m, mask_mode, mask_value, mask_add_dtype, out=out))
         weights = r("E", weights_of(logits, m, precision=precision, masked_row=masked_row,
-                                           overwrite_input=True, kernel=softmax_kernel))
+                                    overwrite_input=True, kernel=softmax_kernel))
         if weights is not out:
             out[...] = weights
         if check is not None:
