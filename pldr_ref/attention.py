@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,6 +13,9 @@ from pldr_ref.constants import EXP_ZERO_BELOW, FINFO_MIN_F64, MASK_VALUE
 from pldr_ref.row_blocks import for_each_block, row_slices
 from pldr_ref.stage_hooks import StageHook, split_hook
 from pldr_ref.switches import switch
+
+if TYPE_CHECKING:
+    from pldr_ref.ops import Ops
 
 # The values this float64 engine implements, from the switch table (pldr_ref.switches).
 MASK_MODES = switch("mask_mode").implemented_by("float64")
@@ -274,10 +278,13 @@ def masked_attention_weights(
     on_stage: StageHook | None = None,
     in_place: bool = False,
     softmax_kernel: SoftmaxKernel | None = None,
+    ops: Ops | None = None,
 ) -> np.ndarray:
     """E = attention_weights(apply_mask(Sc, M)) (paper eqs. 3.7-3.8), evaluated on blocks of query rows.
 
     ``softmax_kernel``: the kernel of ``precision="explicit"`` (:class:`SoftmaxKernel`; refused otherwise).
+    ``ops``: the arithmetic of the softmax, ``ops.attention_weights`` (:class:`pldr_ref.ops.Ops`; None: this module's
+    :func:`attention_weights`), handed to the worker threads with the blocks.
 
     scores: [B, H, S, T]; mask: [B|1, 1, S|1, T] bool or None.  The math is that of :func:`apply_mask` and
     :func:`attention_weights`, applied to one block of query rows at a time on the threads of
@@ -310,6 +317,7 @@ def masked_attention_weights(
         raise ValueError("in_place=True needs writable, C-contiguous float64 scores")
     transform, check = split_hook(on_stage)
     r = transform if transform is not None else _identity
+    weights_of = attention_weights if ops is None else ops.attention_weights
     b, h, s, t = scores.shape
     e = scores if in_place else np.empty(scores.shape, dtype=np.float64)
     per_row_mask = mask is not None and mask.shape[2] == s and s > 1
@@ -327,8 +335,8 @@ def masked_attention_weights(
                 bad_scores[i] = sc.copy()
         # the logits go straight into E's rows, and the softmax runs there in place (rounding may copy)
         logits = r("masked_logits", apply_mask(sc, m, mask_mode, mask_value, mask_add_dtype, out=out))
-        weights = r("E", attention_weights(logits, m, precision=precision, masked_row=masked_row,
-                                           overwrite_input=True, kernel=softmax_kernel))
+        weights = r("E", weights_of(logits, m, precision=precision, masked_row=masked_row,
+                                    overwrite_input=True, kernel=softmax_kernel))
         if weights is not out:
             out[...] = weights
         if check is not None:
@@ -346,9 +354,10 @@ def masked_attention_weights(
 
 def configured_attention_weights(scores: np.ndarray, mask: np.ndarray | None, config: PLDRConfig, *,
                                  on_stage: StageHook | None = None, in_place: bool = False,
-                                 softmax_kernel: SoftmaxKernel | None = None) -> np.ndarray:
+                                 softmax_kernel: SoftmaxKernel | None = None, ops: Ops | None = None) -> np.ndarray:
     """E = softmax_j(Sc + mask) with every mask and softmax option ``config`` sets (``mask_mode``, ``mask_value``,
-    ``mask_add_dtype``, ``softmax_precision``, ``masked_row``): :func:`masked_attention_weights`, [B, H, S, T].
+    ``mask_add_dtype``, ``softmax_precision``, ``masked_row``): :func:`masked_attention_weights` in the arithmetic
+    ``ops`` (None: float64), [B, H, S, T].
 
     The one place that maps a config to the attention weights' options, so a switch of the mask or the softmax
     is read here and nowhere else (``docs/adding_a_switch.md``)."""
@@ -356,7 +365,7 @@ def configured_attention_weights(scores: np.ndarray, mask: np.ndarray | None, co
     return masked_attention_weights(scores, mask, mask_mode=c.mask_mode, mask_value=c.mask_value,
                                     mask_add_dtype=c.mask_add_dtype, precision=c.softmax_precision,
                                     masked_row=c.masked_row, on_stage=on_stage, in_place=in_place,
-                                    softmax_kernel=softmax_kernel)
+                                    softmax_kernel=softmax_kernel, ops=ops)
 
 
 def mix_values(e: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -4,9 +4,10 @@ each of its stages.
 Each registry stage (:data:`pldr_ref.registry.FORWARD_STAGES`) runs one of the small functions below
 (``Stage.run``), and :func:`decoder_layer` is the composition of the same functions, so the layer and an isolated
 stage cannot drift (``tests/test_stage_registry_run.py``).  A body's parameters are named after what it reads:
-``lp`` (this layer's parameters), ``config``, and the trace names of its inputs.  The bodies call the equations'
-functions through this module's names (``linear``, ``glu``, ...), which
-:func:`pldr_ref.harness.arithmetic.emulating` swaps for emulated ones, and every LayerNorm through
+``lp`` (this layer's parameters), ``config``, ``ops`` (the arithmetic) and the trace names of its inputs.  The
+bodies compute with the primitives of ``ops`` (:class:`pldr_ref.ops.Ops`: ``ops.linear``, ``ops.glu``, ...; default
+the float64 reference :data:`pldr_ref.ops.FLOAT64_OPS`, a calibration member's
+:class:`pldr_ref.harness.arithmetic.EmulatedOps` otherwise), and every LayerNorm through
 :func:`pldr_ref.norms.configured_layer_norm` (the one place that reads LayerNorm's options from the config).
 """
 
@@ -16,22 +17,12 @@ import dataclasses
 
 import numpy as np
 
-from pldr_ref.attention import (
-    SoftmaxKernel,
-    attention_scores,
-    configured_attention_weights,
-    merge_heads,
-    mix_values,
-    split_heads,
-)
+from pldr_ref.attention import SoftmaxKernel, configured_attention_weights, merge_heads, split_heads
 from pldr_ref.config import PLDRConfig
-from pldr_ref.density import cumulative_density_operator, density_operator
-from pldr_ref.glu import glu
-from pldr_ref.linear_map import linear
 from pldr_ref.metric_learner import metric_learner
 from pldr_ref.norms import configured_layer_norm
+from pldr_ref.ops import FLOAT64_OPS, Ops
 from pldr_ref.params import LayerParams
-from pldr_ref.plga import energy_curvature, metric_tensor, potential_tensor
 from pldr_ref.rope import RopeTable, configured_rope
 from pldr_ref.stage_hooks import StageHook, layer_hook, split_hook
 
@@ -86,53 +77,56 @@ LAYER_TRACE_NAMES = tuple(f.name for f in dataclasses.fields(LayerTrace))
 LAYER_STAGES = tuple(f.name for f in dataclasses.fields(LayerTrace) if not f.metadata.get("optional"))
 
 
-def qkv_projection(lp: LayerParams, config: PLDRConfig, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def qkv_projection(lp: LayerParams, config: PLDRConfig, x: np.ndarray, ops: Ops = FLOAT64_OPS
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Q = X Wq^T + bq, K = X Wk^T + bk, V = X Wv^T + bv, split into heads (spec §2.4.1-2).
 
     x [B, S, d] -> q, k, v [B, H, S, d_k]; v is C-contiguous (the E V products read it per head).
     """
     h = config.num_heads
-    return (split_heads(linear(x, lp.wq, lp.bq), h), split_heads(linear(x, lp.wk, lp.bk), h),
-            np.ascontiguousarray(split_heads(linear(x, lp.wv, lp.bv), h)))
+    return (split_heads(ops.linear(x, lp.wq, lp.bq), h), split_heads(ops.linear(x, lp.wk, lp.bk), h),
+            np.ascontiguousarray(split_heads(ops.linear(x, lp.wv, lp.bv), h)))
 
 
 def rotary(config: PLDRConfig, q: np.ndarray, k: np.ndarray, positions: np.ndarray,
-           rope_table: RopeTable | None = None) -> tuple[np.ndarray, np.ndarray]:
+           rope_table: RopeTable | None = None, ops: Ops = FLOAT64_OPS) -> tuple[np.ndarray, np.ndarray]:
     """q~ = R_p q, k~ = R_p k at the rows' positions (Def. 4.3, spec §2.4.3; Lean ``RoPE``).
 
     q, k [B, H, S, d_k]; positions [S] or [B, S]; ``rope_table``: the table of ``rope_table="explicit"``.
     """
-    return configured_rope(q, positions, config, rope_table), configured_rope(k, positions, config, rope_table)
+    return (configured_rope(q, positions, config, rope_table, ops),
+            configured_rope(k, positions, config, rope_table, ops))
 
 
-def gram(config: PLDRConfig, q_rot: np.ndarray, gram_offset: np.ndarray | None = None) -> np.ndarray:
+def gram(config: PLDRConfig, q_rot: np.ndarray, gram_offset: np.ndarray | None = None, ops: Ops = FLOAT64_OPS
+         ) -> np.ndarray:
     """A0 = Q~^T Q~ per head (eq. 3.2; Lean ``DensityOperator``): [B, H, S, d_k] -> [B, H, d_k, d_k]; with
     ``gram_mode="cumulative"`` one per row, [B, H, S, d_k, d_k], plus ``gram_offset`` [B, H, d_k, d_k] (the Gram
     of cached rows)."""
     if config.gram_mode == "cumulative":
-        a0 = cumulative_density_operator(q_rot)
+        a0 = ops.cumulative_density_operator(q_rot)
         return a0 if gram_offset is None else a0 + gram_offset[:, :, None]
-    return density_operator(q_rot)
+    return ops.density_operator(q_rot)
 
 
-def learned_metric(lp: LayerParams, config: PLDRConfig, A0: np.ndarray) -> np.ndarray:
+def learned_metric(lp: LayerParams, config: PLDRConfig, A0: np.ndarray, ops: Ops = FLOAT64_OPS) -> np.ndarray:
     """A = Res_R(... Res_1(LN(A0))) (eq. 3.3, Prop. 3.11; v900: spec §2.6), shape of A0."""
-    return metric_learner(A0, lp, config.metric_learner, config)
+    return metric_learner(A0, lp, config.metric_learner, config, ops)
 
 
-def adjacency(lp: LayerParams, config: PLDRConfig, A: np.ndarray) -> np.ndarray:
+def adjacency(lp: LayerParams, config: PLDRConfig, A: np.ndarray, ops: Ops = FLOAT64_OPS) -> np.ndarray:
     """A_LM = iSwiGLU(W A + b) + eps_adj (eq. 3.4, Prop. 3.7), shape of A."""
-    return metric_tensor(A, lp.plga.W, lp.plga.b, config.eps_adj)
+    return ops.metric_tensor(A, lp.plga.W, lp.plga.b, config.eps_adj)
 
 
-def potential(lp: LayerParams, A_LM: np.ndarray) -> np.ndarray:
+def potential(lp: LayerParams, A_LM: np.ndarray, ops: Ops = FLOAT64_OPS) -> np.ndarray:
     """A_P = A_LM^(o P) elementwise (eq. 3.5; Lean ``HadamardPower``), shape of A_LM."""
-    return potential_tensor(A_LM, lp.plga.P)
+    return ops.potential_tensor(A_LM, lp.plga.P)
 
 
-def curvature(lp: LayerParams, A_P: np.ndarray) -> np.ndarray:
+def curvature(lp: LayerParams, A_P: np.ndarray, ops: Ops = FLOAT64_OPS) -> np.ndarray:
     """G_LM = a A_P + b_a (eq. 3.6; Lean ``RankOne``), shape of A_P."""
-    return energy_curvature(A_P, lp.plga.a, lp.plga.b_a)
+    return ops.energy_curvature(A_P, lp.plga.a, lp.plga.b_a)
 
 
 def fixed_curvature(lp: LayerParams, batch: int) -> np.ndarray:
@@ -142,43 +136,45 @@ def fixed_curvature(lp: LayerParams, batch: int) -> np.ndarray:
 
 
 def scaled_scores(config: PLDRConfig, q_rot: np.ndarray, G_LM: np.ndarray, k_rot: np.ndarray,
-                  out: np.ndarray | None = None) -> np.ndarray:
+                  out: np.ndarray | None = None, ops: Ops = FLOAT64_OPS) -> np.ndarray:
     """Sc = Q~ G_LM K~^T / sqrt(d_k) (eq. 3.7): [B, H, S, T], in ``out`` when given."""
-    return attention_scores(q_rot, G_LM, k_rot, config.score_scale, out=out)
+    return ops.attention_scores(q_rot, G_LM, k_rot, config.score_scale, out=out)
 
 
 def softmax_weights(config: PLDRConfig, scores: np.ndarray, mask: np.ndarray | None = None,
                     on_stage: StageHook | None = None, in_place: bool = False,
-                    softmax_kernel: SoftmaxKernel | None = None) -> np.ndarray:
+                    softmax_kernel: SoftmaxKernel | None = None, ops: Ops = FLOAT64_OPS) -> np.ndarray:
     """E = softmax_j(Sc + mask) (eq. 3.8, spec §7.2; Lean ``Softmax``): [B, H, S, T], blockwise over query rows
     (:func:`pldr_ref.attention.configured_attention_weights`; ``on_stage`` sees ``"masked_logits"`` and ``"E"``)."""
     return configured_attention_weights(scores, mask, config, on_stage=on_stage, in_place=in_place,
-                                        softmax_kernel=softmax_kernel)
+                                        softmax_kernel=softmax_kernel, ops=ops)
 
 
-def value_mix(E: np.ndarray, v: np.ndarray) -> np.ndarray:
+def value_mix(E: np.ndarray, v: np.ndarray, ops: Ops = FLOAT64_OPS) -> np.ndarray:
     """Z = E V per head, heads merged (eq. 3.9): [B, H, S, T] x [B, H, T, d_k] -> [B, S, d]."""
-    return merge_heads(mix_values(E, v))
+    return merge_heads(ops.mix_values(E, v))
 
 
-def output_projection(lp: LayerParams, ctx: np.ndarray) -> np.ndarray:
+def output_projection(lp: LayerParams, ctx: np.ndarray, ops: Ops = FLOAT64_OPS) -> np.ndarray:
     """Y = Z Wo^T + bo (spec §2.4.10): [B, S, d] -> [B, S, d]."""
-    return linear(ctx, lp.wo, lp.bo)
+    return ops.linear(ctx, lp.wo, lp.bo)
 
 
-def post_attention_norm(lp: LayerParams, config: PLDRConfig, attn_out: np.ndarray, x: np.ndarray) -> np.ndarray:
+def post_attention_norm(lp: LayerParams, config: PLDRConfig, attn_out: np.ndarray, x: np.ndarray,
+                        ops: Ops = FLOAT64_OPS) -> np.ndarray:
     """O1 = LN1(Y + X) (spec §2.3; Lean ``LayerNorm``): [B, S, d]."""
-    return configured_layer_norm(attn_out + x, lp.norm1, config)
+    return configured_layer_norm(attn_out + x, lp.norm1, config, ops)
 
 
-def ffn(lp: LayerParams, out1: np.ndarray) -> np.ndarray:
+def ffn(lp: LayerParams, out1: np.ndarray, ops: Ops = FLOAT64_OPS) -> np.ndarray:
     """FFN(O1) = W3(silu(W1 O1 + b1) * (W2 O1 + b2)) + b3 (spec §2.3): [B, S, d]."""
-    return glu(out1, lp.ffn)
+    return ops.glu(out1, lp.ffn)
 
 
-def post_ffn_norm(lp: LayerParams, config: PLDRConfig, ffn_out: np.ndarray, out1: np.ndarray) -> np.ndarray:
+def post_ffn_norm(lp: LayerParams, config: PLDRConfig, ffn_out: np.ndarray, out1: np.ndarray,
+                  ops: Ops = FLOAT64_OPS) -> np.ndarray:
     """O2 = LN2(FFN(O1) + O1) (spec §2.3; Lean ``LayerNorm``): [B, S, d]."""
-    return configured_layer_norm(ffn_out + out1, lp.norm2, config)
+    return configured_layer_norm(ffn_out + out1, lp.norm2, config, ops)
 
 
 def _no_hook(name: str, arr: np.ndarray) -> np.ndarray:
@@ -201,6 +197,7 @@ def decoder_layer(
     on_stage: StageHook | None = None,
     workspace: np.ndarray | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
+    ops: Ops = FLOAT64_OPS,
 ) -> LayerTrace:
     """Y = MHA_PLGA(X); O1 = LN1(Y + X); O2 = LN2(FFN(O1) + O1) (spec §2.3), stage by stage.
 
@@ -223,6 +220,7 @@ def decoder_layer(
     fresh [B, H, S, T] arrays.
     ``softmax_kernel``: the float32 softmax of ``softmax_precision="explicit"``
     (:class:`pldr_ref.attention.SoftmaxKernel`).
+    ``ops``: the arithmetic every stage computes with (:class:`pldr_ref.ops.Ops`; default float64).
     """
     c = config
     hook = layer_hook(on_stage)
@@ -230,9 +228,9 @@ def decoder_layer(
     transform = split_hook(hook)[0] or _no_hook  # the scores: their finiteness is screened inside the softmax
 
     x = s("x", x)
-    q, k, v = qkv_projection(lp, c, x)
+    q, k, v = qkv_projection(lp, c, x, ops)
     q, k = s("q", q), s("k", k)
-    q_rot, k_rot = rotary(c, q, k, positions, rope_table)
+    q_rot, k_rot = rotary(c, q, k, positions, rope_table, ops)
     q_rot = s("q_rot", q_rot)
     k_rot = s("k_rot", k_rot if past_k is None else np.concatenate([past_k, k_rot], axis=2))
     v = s("v", v if past_v is None else np.concatenate([past_v, v], axis=2))
@@ -241,27 +239,27 @@ def decoder_layer(
     if frozen_A is not None:
         a = s("A", frozen_A)
     elif frozen_G is None or c.metric_learner != "none":
-        a0 = s("A0", gram(c, q_rot, gram_offset))
-        a = s("A", learned_metric(lp, c, a0)) if c.metric_learner != "none" else None
+        a0 = s("A0", gram(c, q_rot, gram_offset, ops))
+        a = s("A", learned_metric(lp, c, a0, ops)) if c.metric_learner != "none" else None
 
     if frozen_G is not None:
         a_lm, a_p, g_lm = (None if t is None else s(n, t) for n, t in zip(("A_LM", "A_P", "G_LM"), frozen_G,
                                                                            strict=True))
     elif lp.plga is not None:
-        a_lm = s("A_LM", adjacency(lp, c, a))
-        a_p = s("A_P", potential(lp, a_lm))
-        g_lm = s("G_LM", curvature(lp, a_p))
+        a_lm = s("A_LM", adjacency(lp, c, a, ops))
+        a_p = s("A_P", potential(lp, a_lm, ops))
+        g_lm = s("G_LM", curvature(lp, a_p, ops))
     else:
         a_lm = a_p = None
         g_lm = s("G_LM", fixed_curvature(lp, x.shape[0]))
 
-    scores = transform("scores", scaled_scores(c, q_rot, g_lm, k_rot, out=workspace))
+    scores = transform("scores", scaled_scores(c, q_rot, g_lm, k_rot, out=workspace, ops=ops))
     in_place = workspace is not None and scores is workspace  # a rounding hook returns a new array: keep it
-    e = softmax_weights(c, scores, mask, on_stage=hook, in_place=in_place, softmax_kernel=softmax_kernel)
-    ctx = s("ctx", value_mix(e, v))
-    attn_out = s("attn_out", output_projection(lp, ctx))
-    out1 = s("out1", post_attention_norm(lp, c, attn_out, x))
-    ffn_out = s("ffn_out", ffn(lp, out1))
-    out2 = s("out2", post_ffn_norm(lp, c, ffn_out, out1))
+    e = softmax_weights(c, scores, mask, on_stage=hook, in_place=in_place, softmax_kernel=softmax_kernel, ops=ops)
+    ctx = s("ctx", value_mix(e, v, ops))
+    attn_out = s("attn_out", output_projection(lp, ctx, ops))
+    out1 = s("out1", post_attention_norm(lp, c, attn_out, x, ops))
+    ffn_out = s("ffn_out", ffn(lp, out1, ops))
+    out2 = s("out2", post_ffn_norm(lp, c, ffn_out, out1, ops))
     return LayerTrace(x, q, k, q_rot, k_rot, v, a0, a, a_lm, a_p, g_lm, None if in_place else scores, e, ctx,
                       attn_out, out1, ffn_out, out2)

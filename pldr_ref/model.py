@@ -12,9 +12,9 @@ from pldr_ref.attention import SoftmaxKernel, causal_padding_mask, check_kernel_
 from pldr_ref.config import PLDRConfig
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
 from pldr_ref.layer import LayerTrace, decoder_layer
-from pldr_ref.linear_map import linear
 from pldr_ref.memory_budget import check_forward_budget
 from pldr_ref.norms import configured_layer_norm
+from pldr_ref.ops import FLOAT64_OPS, Ops
 from pldr_ref.params import NormParams, Params
 from pldr_ref.rope import RopeTable, check_table_used
 from pldr_ref.stage_hooks import FiniteCheck, StageHook, check_finite
@@ -64,15 +64,15 @@ def embed(params: Params, token_ids: np.ndarray, on_stage: StageHook | None = No
     return params["decoder.embedding.weight"][token_ids] * scale
 
 
-def input_norm(params: Params, config: PLDRConfig, embed: np.ndarray) -> np.ndarray:
+def input_norm(params: Params, config: PLDRConfig, embed: np.ndarray, ops: Ops = FLOAT64_OPS) -> np.ndarray:
     """X0 <- LN(X0), the model's input LayerNorm (spec §2.2; Lean ``LayerNorm``): [B, S, d]."""
     norm = NormParams(params["decoder.layernorm1.weight"], params["decoder.layernorm1.bias"])
-    return configured_layer_norm(embed, norm, config)
+    return configured_layer_norm(embed, norm, config, ops)
 
 
-def lm_head(params: Params, hidden: np.ndarray) -> np.ndarray:
+def lm_head(params: Params, hidden: np.ndarray, ops: Ops = FLOAT64_OPS) -> np.ndarray:
     """logits = X^L W_out^T + b_out (spec §2.5; no final LayerNorm, no weight tying)."""
-    return linear(hidden, params["final_layer.weight"], params.get("final_layer.bias"))
+    return ops.linear(hidden, params["final_layer.weight"], params.get("final_layer.bias"))
 
 
 def layer_finite_check(layer: int) -> FiniteCheck:
@@ -197,6 +197,7 @@ def depth_pass(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     head: str = "all",
+    ops: Ops = FLOAT64_OPS,
 ) -> DepthPass:
     """The one float64 depth loop: X0 = LN(E[x] sqrt(d)); X^l = layer_l(X^(l-1)); logits = X^L Wout^T + bout
     (spec §2), shared by :func:`forward`, the cached step, the diagnostics and the naive low-precision baselines.
@@ -204,7 +205,8 @@ def depth_pass(
     ids [B, S]; ``positions`` and ``mask`` as :func:`pldr_ref.layer.decoder_layer` takes them.  Per layer ``i``:
     ``layer_inputs(i)`` gives the layer's cache hooks (``past_k``, ``past_v``, ``frozen_A``, ``frozen_G``,
     ``gram_offset``) and ``layer_hook(i)`` its ``on_stage`` hook.  ``on_stage`` sees the model-level stages:
-    ``"embed_scale"``, ``"embed"``, ``"x0"`` and ``"logits"``.  ``head``: :data:`HEAD_ROWS`.
+    ``"embed_scale"``, ``"embed"``, ``"x0"`` and ``"logits"``.  ``head``: :data:`HEAD_ROWS`.  ``ops``: the
+    arithmetic of every stage (:class:`pldr_ref.ops.Ops`; default the float64 reference).
     ``keep_trace=False`` drops each layer's trace once the next layer has its input and computes every layer's
     scores and E in one reused [B, H, S, S] buffer (no cache inputs then): the logits are identical (bitwise), and
     memory stays O(B H S^2) for one layer instead of L.
@@ -217,19 +219,21 @@ def depth_pass(
     h = on_stage or _no_hook
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         x_embed = h("embed", embed(params, ids, on_stage))
-        x = x0 = h("x0", input_norm(params, c, x_embed))
+        x = x0 = h("x0", input_norm(params, c, x_embed, ops))
         traces = []
         # without a kept trace, one [B, H, S, S] buffer serves every layer's scores and E (E overwrites them)
         workspace = None if keep_trace else np.empty((ids.shape[0], c.num_heads, ids.shape[1], ids.shape[1]))
         for i in range(c.num_layers):  # layers are sequential: the loop is over depth, not data
             t = decoder_layer(params.layer(i), x, c, positions=positions, mask=mask, rope_table=rope_table,
                               on_stage=None if layer_hook is None else layer_hook(i), workspace=workspace,
-                              softmax_kernel=softmax_kernel, **({} if layer_inputs is None else layer_inputs(i)))
+                              softmax_kernel=softmax_kernel, ops=ops,
+                              **({} if layer_inputs is None else layer_inputs(i)))
             if keep_trace:
                 traces.append(t)
             x = t.out2
             del t  # without a kept trace, this layer's arrays are freed before the next layer allocates its own
-        logits = None if head == "none" else h("logits", lm_head(params, x if head == "all" else x[:, -1]))
+        rows = x if head == "all" else x[:, -1]
+        logits = None if head == "none" else h("logits", lm_head(params, rows, ops))
     return DepthPass(x_embed, x0, tuple(traces), x, logits)
 
 
@@ -245,6 +249,7 @@ def forward(
     position_ids: np.ndarray | None = None,
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
+    ops: Ops = FLOAT64_OPS,
 ) -> ForwardOutput:
     """Full forward map of PLDR-LLM in float64 (spec §2; paper eqs. 3.2-3.9).
 
@@ -255,7 +260,8 @@ def forward(
     sequence index start_pos + s); ``rope_table`` is the table of ``rope_table="explicit"`` and ``softmax_kernel``
     the float32 softmax of ``softmax_precision="explicit"`` (either given under another switch value is refused:
     :func:`check_explicit_inputs`).  Every stage is checked for NaN/inf (``FloatingPointError`` names the stage)
-    unless disabled.
+    unless disabled.  ``ops``: the arithmetic of every stage (:class:`pldr_ref.ops.Ops`; default the float64
+    reference, :data:`pldr_ref.ops.FLOAT64_OPS`).
     ``keep_trace=False`` drops each layer's trace once the next layer has its input (``layers`` is
     then empty) and computes every layer's scores and E in one reused [B, H, S, S] buffer: the logits are
     identical (bitwise), and memory stays O(B H S^2) for one layer instead of L.
@@ -270,7 +276,7 @@ def forward(
                                          position_ids)
     run = depth_pass(params, ids, positions=positions, mask=mask, keep_trace=keep_trace,
                      layer_hook=layer_finite_check if check_finite_values else None, rope_table=rope_table,
-                     softmax_kernel=softmax_kernel)
+                     softmax_kernel=softmax_kernel, ops=ops)
     if check_finite_values:
         check_finite("logits", run.logits)
     return ForwardOutput(c, positions, run.embed, run.x0, run.layers, run.logits)

@@ -8,11 +8,16 @@ nowhere else (``docs/adding_a_switch.md``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
 from pldr_ref.constants import EPS_LN
 from pldr_ref.params import NormParams
+
+if TYPE_CHECKING:
+    from pldr_ref.ops import Ops
 
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = EPS_LN) -> np.ndarray:
@@ -28,12 +33,12 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 
     return xc / np.sqrt(var + eps) * gamma + beta
 
 
-def configured_layer_norm(x: np.ndarray, norm: NormParams, config: PLDRConfig) -> np.ndarray:
+def configured_layer_norm(x: np.ndarray, norm: NormParams, config: PLDRConfig, ops: Ops | None = None) -> np.ndarray:
     """LN(x) with gamma, beta = ``norm`` and every LayerNorm option ``config`` sets (eps = ``config.eps_ln``).
 
-    Shapes: x [..., n] -> [..., n].  It calls :func:`layer_norm` through this module's name, the binding
-    :func:`pldr_ref.harness.arithmetic.emulating` swaps for an emulated LayerNorm; an option that pins
-    LayerNorm's arithmetic (a released code's own precision) is a function of its own chosen here, which the
-    emulation leaves as it is.
+    Shapes: x [..., n] -> [..., n].  It calls ``ops.layer_norm`` (:class:`pldr_ref.ops.Ops`; None: this module's
+    :func:`layer_norm`), which an emulated arithmetic (:class:`pldr_ref.harness.arithmetic.EmulatedOps`) provides
+    for itself; an option that pins LayerNorm's arithmetic (a released code's own precision) is a function of its
+    own chosen here, which an emulation leaves as it is.
     """
-    return layer_norm(x, norm.gamma, norm.beta, config.eps_ln)
+    return (layer_norm if ops is None else ops.layer_norm)(x, norm.gamma, norm.beta, config.eps_ln)

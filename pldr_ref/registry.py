@@ -37,11 +37,13 @@ import numpy as np
 import pldr_ref.op_samples as op_samples
 from pldr_ref import activations, attention, density, glu, layer, linear_map, metric_learner, model, norms, plga, rope
 from pldr_ref.config import PLDRConfig
+from pldr_ref.ops import FLOAT64_OPS, Ops
 from pldr_ref.params import Params
 from pldr_ref.switches import switch
 
-#: Parameters of a stage body filled by role, not from the inputs: the model's parameters, this layer's, the config.
-BODY_ROLES = ("params", "lp", "config")
+#: Parameters of a stage body filled by role, not from the inputs: the model's parameters, this layer's, the config,
+#: the arithmetic (:class:`pldr_ref.ops.Ops`).
+BODY_ROLES = ("params", "lp", "config", "ops")
 
 #: Layout [B, S, ...]: batch, row (the layer's residual stream; a model-level output's rows are the model's rows).
 ROW = "row"
@@ -128,9 +130,9 @@ class Stage:
     has them); enabled_by: the (config field, values) under which the stage runs (empty: always; e.g. the PLGA
     stages need ``g_mode="learned"``); body: the float64 function that computes the stage, the one
     :func:`pldr_ref.layer.decoder_layer` (or :func:`pldr_ref.model.depth_pass`) calls too.  A body's parameters
-    are named after what it reads: :data:`BODY_ROLES` (``params``, ``lp``, ``config``) and the names of its inputs
-    (optional ones have defaults); it returns its outputs, in ``outputs`` order.  A body is never a primitive that
-    :func:`pldr_ref.harness.arithmetic.emulating` swaps: it calls those through its module's names.
+    are named after what it reads: :data:`BODY_ROLES` (``params``, ``lp``, ``config``, ``ops``: the arithmetic, a
+    :class:`pldr_ref.ops.Ops`) and the names of its inputs (optional ones have defaults); it returns its outputs, in
+    ``outputs`` order.  A body is never a primitive of :class:`pldr_ref.ops.Ops`: it computes with ``ops``'s.
     """
 
     name: str
@@ -172,16 +174,16 @@ class Stage:
         return tuple(n for n in inspect.signature(self.body).parameters if n in BODY_ROLES)
 
     def run(self, params: Params, layer: int | None, config: PLDRConfig,
-            inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """The stage's outputs {name: array} computed in float64 from ``inputs`` (trace names, plus optional
+            inputs: Mapping[str, Any], ops: Ops = FLOAT64_OPS) -> dict[str, np.ndarray]:
+        """The stage's outputs {name: array} computed from ``inputs`` (trace names, plus optional
         ``mask``, ``gram_offset``, ``rope_table``, ``on_stage``, ... when the body takes them) for layer ``layer``
-        (None for a model-level stage) of ``params``."""
+        (None for a model-level stage) of ``params``, in the arithmetic ``ops`` (default float64)."""
         if self.per_layer and layer is None:
             raise ValueError(f"stage {self.name!r} needs a layer index")
         missing = [n for n, required in self.body_inputs if required and n not in inputs]
         if missing:
             raise KeyError(f"stage {self.name!r} needs inputs {missing}; got {sorted(inputs)}")
-        roles = {"params": params, "config": config}
+        roles = {"params": params, "config": config, "ops": ops}
         if "lp" in self.body_roles:
             roles["lp"] = params.layer(layer)
         args = {n: roles[n] for n in self.body_roles}

@@ -19,11 +19,15 @@ With omega_i = base^(-2i/d_k), i = 0..d_k/2 - 1, each pair is rotated by the ang
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
 from pldr_ref.switches import AUTO, switch
+
+if TYPE_CHECKING:
+    from pldr_ref.ops import Ops
 
 # The values this float64 engine implements, from the switch table (pldr_ref.switches).
 LAYOUTS = switch("rope_layout").implemented_by("float64")
@@ -242,13 +246,15 @@ def apply_rope(
     table: str | None = None,
     arithmetic: str | None = None,
     explicit: RopeTable | None = None,
+    ops: Ops | None = None,
 ) -> np.ndarray:
     """Rotate ``x`` [..., S, d_k] by RoPE at absolute ``positions`` [S], or per row [B, S] for x [B, H, S, d_k].
 
     y_a = x_a cos(phi) - x_b sin(phi),  y_b = x_b cos(phi) + x_a sin(phi)
     for each pair (a, b) of ``layout``.  Returns float64 [..., S, d_k].
     ``table`` (default: ``precision``) is the table source, ``arithmetic`` (default: ``float32`` when
-    ``precision="float32"``, else ``float64``) the rotation arithmetic (:func:`rotate_pairs`).
+    ``precision="float32"``, else ``float64``) the rotation arithmetic (:func:`rotate_pairs`).  ``ops``
+    (:class:`pldr_ref.ops.Ops`; None: this module's float64 functions) gives the table and the rotation.
     Paper: Definition 4.3 (rotated queries/keys); Lean ``Rope`` file.
     """
     x = np.asarray(x)
@@ -259,25 +265,26 @@ def apply_rope(
     if arithmetic is None:
         arithmetic = "float32" if precision == "float32" else "float64"
     pos = np.asarray(positions)
-    cos, sin = rope_angles(pos, d_k, base, source, explicit)
+    angles, rotate = (rope_angles, rotate_pairs) if ops is None else (ops.rope_angles, ops.rotate_pairs)
+    cos, sin = angles(pos, d_k, base, source, explicit)
     if pos.ndim == 2 and x.ndim == 4:  # per-row positions [B, S] against [B, H, S, d_k]: add the head axis
         cos, sin = cos[:, None], sin[:, None]
     x1, x2 = _pairs(x, layout)
-    y1, y2 = rotate_pairs(x1, x2, cos, sin, arithmetic)
+    y1, y2 = rotate(x1, x2, cos, sin, arithmetic)
     return _unpairs(y1, y2, layout)
 
 
 def configured_rope(x: np.ndarray, positions: np.ndarray, config: PLDRConfig,
-                    explicit: RopeTable | None = None) -> np.ndarray:
+                    explicit: RopeTable | None = None, ops: Ops | None = None) -> np.ndarray:
     """:func:`apply_rope` with every RoPE option ``config`` sets (``rope_layout``, ``rope_base``, the table source
-    and the arithmetic in effect); ``explicit``: the table of ``rope_table="explicit"``.  Shapes as
-    :func:`apply_rope`.
+    and the arithmetic in effect); ``explicit``: the table of ``rope_table="explicit"``; ``ops``: the arithmetic (None:
+    float64).  Shapes as :func:`apply_rope`.
 
     The one place that maps a config to RoPE's options, so a RoPE switch is read here and nowhere else
     (``docs/adding_a_switch.md``)."""
     c = config
     return apply_rope(x, positions, layout=c.rope_layout, base=c.rope_base, table=c.rope_table_source,
-                      arithmetic=c.rope_arithmetic_dtype, explicit=explicit)
+                      arithmetic=c.rope_arithmetic_dtype, explicit=explicit, ops=ops)
 
 
 def interleave_permutation(d_k: int) -> np.ndarray:

@@ -162,7 +162,7 @@ def test_every_entry_point_that_runs_the_model_takes_the_explicit_inputs() -> No
     def lacking(params, token_ids, *, attention_mask=None, rope_table=None):  # negative control
         return None
 
-    assert _missing_inputs(lacking) == ["position_ids", "softmax_kernel", "check_finite_values"]
+    assert _missing_inputs(lacking) == ["position_ids", "softmax_kernel", "check_finite_values", "ops"]
 
 
 def _torchtune_cache(config: PLDRConfig) -> np.ndarray:

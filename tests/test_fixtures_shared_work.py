@@ -195,16 +195,14 @@ def test_the_emulated_sums_are_their_definition(dtype):
     for m in members(dtype):
         if not m.internal:
             continue
-        with ar.emulating(m, dtype):
-            got = ar.matmul(a, b)
+        got = ar.EmulatedOps(m, dtype).matmul(a, b)
         want = _sum_by_the_definition(a, b, m, dtype)
         assert np.array_equal(got, want), m.name
     tiled = next(m for m in members(dtype) if m.tile == 16 and m.accumulate == "storage")
     import dataclasses
 
     one_pass = _sum_by_the_definition(a, b, dataclasses.replace(tiled, tile=None), dtype)
-    with ar.emulating(tiled, dtype):
-        assert not np.array_equal(ar.matmul(a, b), one_pass)
+    assert not np.array_equal(ar.EmulatedOps(tiled, dtype).matmul(a, b), one_pass)
 
 
 def test_a_remembered_rounded_weight_gives_the_rounded_product():
@@ -217,14 +215,12 @@ def test_a_remembered_rounded_weight_gives_the_rounded_product():
     rng = np.random.default_rng(11)
     x = rng.standard_normal((3, 20))
     raw = rng.standard_normal((5, 20))
-    member = members("float16")[1]
+    member = ar.EmulatedOps(members("float16")[1], "float16")
     rounded = baselines.storage_round(raw, np.float16)
     for w in (rounded, raw):
         ro = w.copy()
         ro.setflags(write=False)
-        with ar.emulating(member, "float16"):
-            first, again, fresh = ar.linear(x, ro), ar.linear(x, ro), ar.linear(x, w.copy())
+        first, again, fresh = member.linear(x, ro), member.linear(x, ro), member.linear(x, w.copy())
         assert np.array_equal(first, fresh) and np.array_equal(again, fresh)
         assert (ar._ROUNDED_OPERANDS.get((id(ro), "float16")) is ro) == (w is rounded)
-    with ar.emulating(member, "float16"):
-        assert not np.array_equal(ar.linear(x, raw), ar.matmul(x, raw.T, y_rounded=True))
+    assert not np.array_equal(member.linear(x, raw), member.matmul(x, raw.T, y_rounded=True))

@@ -7,7 +7,6 @@ import hashlib
 import json
 
 import numpy as np
-import pytest
 
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
 from pldr_ref.harness import arithmetic as ar
@@ -36,9 +35,8 @@ def dataclass_values(m):
     return tuple(v for k, v in vars(m).items() if k != "name")
 
 
-def _emulated(arith, dtype, fn, *args):
-    with ar.emulating(arith, dtype):
-        return fn(*args)
+def _emulated(arith, dtype, method, *args):
+    return getattr(ar.EmulatedOps(arith, dtype), method)(*args)
 
 
 def test_matmul_order_and_tiles_are_explicit():
@@ -48,11 +46,11 @@ def test_matmul_order_and_tiles_are_explicit():
     a = rng.integers(-8, 8, (3, 40)).astype(float)
     b = rng.integers(-8, 8, (40, 5)).astype(float)
     for arith in (ar.Arithmetic("s"), ar.Arithmetic("t16", tile=16), ar.Arithmetic("r", order="reverse", tile=7)):
-        np.testing.assert_array_equal(_emulated(arith, "float32", ar.matmul, a, b), a @ b)
+        np.testing.assert_array_equal(_emulated(arith, "float32", "matmul", a, b), a @ b)
     x = np.array([[1.0, 2.0**-24, 2.0**-24]])
     ones = np.ones((3, 1))
-    fwd = _emulated(ar.Arithmetic("f"), "float32", ar.matmul, x, ones)
-    rev = _emulated(ar.Arithmetic("r", order="reverse"), "float32", ar.matmul, x, ones)
+    fwd = _emulated(ar.Arithmetic("f"), "float32", "matmul", x, ones)
+    rev = _emulated(ar.Arithmetic("r", order="reverse"), "float32", "matmul", x, ones)
     assert fwd[0, 0] == 1.0 and rev[0, 0] == 1.0 + 2.0**-23
 
 
@@ -61,9 +59,9 @@ def test_accumulation_in_the_storage_dtype_is_coarser():
     of the storage accumulator); float32 accumulation and tiles of 16 in bfloat16 stay close."""
     x = np.full((1, 1000), 2.0**-7)
     ones = np.ones((1000, 1))
-    f32 = _emulated(ar.Arithmetic("f"), "bfloat16", ar.matmul, x, ones)[0, 0]
-    bf = _emulated(ar.Arithmetic("b", accumulate="storage"), "bfloat16", ar.matmul, x, ones)[0, 0]
-    tiled = _emulated(ar.Arithmetic("b", accumulate="storage", tile=16), "bfloat16", ar.matmul, x, ones)[0, 0]
+    f32 = _emulated(ar.Arithmetic("f"), "bfloat16", "matmul", x, ones)[0, 0]
+    bf = _emulated(ar.Arithmetic("b", accumulate="storage"), "bfloat16", "matmul", x, ones)[0, 0]
+    tiled = _emulated(ar.Arithmetic("b", accumulate="storage", tile=16), "bfloat16", "matmul", x, ones)[0, 0]
     assert f32 == 1000 * 2.0**-7 and bf == 2.0 and abs(tiled - f32) < 0.05 * f32
 
 
@@ -71,8 +69,8 @@ def test_online_softmax_matches_two_pass_and_masked_rows():
     rng = np.random.default_rng(1)
     lg = rng.normal(size=(1, 2, 3, 100)) * 4
     lg[0, 0, 0, :] = -np.inf  # fully masked row: zeros, the FlashAttention convention
-    two = _emulated(ar.Arithmetic("t"), "float32", ar.attention_weights, lg, None)
-    onl = _emulated(ar.Arithmetic("o", softmax="online", softmax_tile=16), "float32", ar.attention_weights, lg, None)
+    two = _emulated(ar.Arithmetic("t"), "float32", "attention_weights", lg, None)
+    onl = _emulated(ar.Arithmetic("o", softmax="online", softmax_tile=16), "float32", "attention_weights", lg, None)
     from pldr_ref.attention import masked_softmax
 
     ref = masked_softmax(lg.copy())
@@ -86,15 +84,20 @@ def test_tf32_rounding_keeps_eleven_bits():
     np.testing.assert_array_equal(ar.round_to_dtype(x, "tf32"), [1.0 + 2.0**-9, 1.0, 1.0 + 2.0**-9, -3.0])
 
 
-def test_emulation_restores_the_reference_functions():
-    from pldr_ref import glu, layer, model, norms
+def test_emulated_ops_are_passed_and_leave_the_float64_run_alone():
+    """A forward with a member's ops gives other logits than float64, and the float64 forward run after it is
+    bitwise the one run before (nothing was swapped); negative control: the ops are not the float64 ones."""
+    from core_support import model_params, small_config, token_ids
 
-    before = (layer.linear, model.linear, norms.layer_norm, glu.glu)
-    with ar.emulating(ENSEMBLE[1], "bfloat16"):
-        assert layer.linear is ar.linear and norms.layer_norm is ar.layer_norm and glu.glu is ar.glu
-    assert (layer.linear, model.linear, norms.layer_norm, glu.glu) == before
-    with pytest.raises(RuntimeError):
-        ar.matmul(np.ones((1, 1)), np.ones((1, 1)))
+    from pldr_ref.model import forward
+
+    params = model_params(small_config())
+    ids = token_ids(params.config, 2, 6)
+    before = forward(params, ids).logits
+    emulated = forward(params, ids, ops=ar.EmulatedOps(ENSEMBLE[1], "bfloat16")).logits
+    after = forward(params, ids).logits
+    assert not np.array_equal(emulated, before)
+    assert np.array_equal(after.view(np.uint64), before.view(np.uint64))
 
 
 def test_robust_statistic_is_the_median_not_the_max():
@@ -202,8 +205,7 @@ def test_float32_register_cast_is_pldr_refs_own_rounding():
                         np.ldexp(1.0 + np.arange(1, 64) * 2.0**-24, -130), [0.0, -0.0, 3.5e38, -3.5e38, 1e-46]])
     mid = np.ldexp(1.0 + (2 * rng.integers(0, 2**23, 2000) + 1) * 2.0**-24, rng.integers(-140, 120, 2000))
     x = np.concatenate([x, mid, -mid])
-    with ar.emulating(ENSEMBLE[1], "bfloat16"):
-        got = ar._f32(x)
+    got = ar._f32(x)
     np.testing.assert_array_equal(got, round_to_format(x, FLOAT32))
     assert np.array_equal(np.signbit(got), np.signbit(round_to_format(x, FLOAT32)))
 

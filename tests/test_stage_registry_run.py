@@ -16,6 +16,7 @@ from pldr_ref.harness import arithmetic as ar
 from pldr_ref.harness.stage_reference import reference_stage
 from pldr_ref.layer import decoder_layer
 from pldr_ref.model import forward, sequence_mask
+from pldr_ref.ops import FLOAT64_OPS, PRIMITIVES, Ops
 from pldr_ref.registry import ALL_STAGES, FORWARD_STAGES, Stage
 from pldr_ref.rope import RopeTable, rope_angles
 
@@ -223,27 +224,26 @@ def test_every_stage_runs_itself_and_returns_its_declared_outputs() -> None:
             assert isinstance(arr, np.ndarray) and arr.size, (st.name, name)
 
 
-def test_stage_bodies_are_not_swapped_primitives() -> None:
-    """``emulating`` swaps module attributes bound to primitives; a body stored in a Stage must not be one of them
-    (the stored reference would escape the swap), it must call them through its module's names."""
-    primitives = set(ar._replacements())
+def test_stage_bodies_are_not_primitives() -> None:
+    """A body stored in a Stage is never a primitive of :class:`pldr_ref.ops.Ops` (it would compute in float64
+    whatever ``ops`` a run passes): it computes with ``ops``'s primitives."""
+    primitives = {getattr(Ops, n) for n in PRIMITIVES}
     assert not [s.name for s in ALL_STAGES if s.body in primitives]
 
 
 def test_emulated_arithmetic_reaches_stage_run() -> None:
-    """Under the harness's emulated bfloat16 arithmetic every stage built on a swapped primitive gives other
-    numbers than the plain float64 run (so the swap reaches ``Stage.run``), RoPE included (its table and rotation are
-    emulated); the others (gather, mask) do not."""
+    """With the harness's emulated bfloat16 arithmetic as ``ops`` every stage built on a primitive gives other
+    numbers than the plain float64 run (so ``ops`` reaches every body through ``Stage.run``), RoPE included (its
+    table and rotation are emulated); the others (gather, mask) do not."""
     config = every_stage_config()
     params = model_params(config)
     vals = _stage_inputs(config, params)
 
-    def run_all():
-        return {s.name: s.run(params, 0 if s.per_layer else None, config, vals) for s in ALL_STAGES}
+    def run_all(ops=FLOAT64_OPS):
+        return {s.name: s.run(params, 0 if s.per_layer else None, config, vals, ops) for s in ALL_STAGES}
 
     plain = run_all()
-    with ar.emulating(ar.Arithmetic("bf16-test"), "bfloat16"):
-        emulated = run_all()
+    emulated = run_all(ar.EmulatedOps(ar.Arithmetic("bf16-test"), "bfloat16"))
     changed = {name for name in plain
                if any(not np.array_equal(bits(plain[name][k]), bits(emulated[name][k]))
                       for k in plain[name] if plain[name][k].dtype.kind == "f")}

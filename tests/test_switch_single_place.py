@@ -13,7 +13,7 @@ import pytest
 
 from pldr_ref import attention, norms, rope
 from pldr_ref.config import PLDRConfig
-from pldr_ref.harness.arithmetic import Arithmetic, emulating, refuse_options
+from pldr_ref.harness.arithmetic import Arithmetic, EmulatedOps, refuse_options
 from pldr_ref.params import NormParams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,12 +71,13 @@ def test_configured_wrappers_are_the_primitives_with_the_configs_options_bitwise
 def test_emulated_layer_norm_refuses_an_option_it_does_not_implement_by_name() -> None:
     x = np.random.Generator(np.random.PCG64(3)).standard_normal((4, 8))
     one, zero = np.ones(8), np.zeros(8)
-    with emulating(Arithmetic("f32-seq"), "float32"):
-        plain = norms.layer_norm(x, one, zero, 1e-6)
-        # the configured wrapper calls the swapped name: it gives the emulated LayerNorm
-        assert np.array_equal(norms.configured_layer_norm(x, NormParams(one, zero), PLDRConfig.preset("tiny")), plain)
-        with pytest.raises(NotImplementedError, match=r"layer_norm option\(s\) \{'precision': 'float32'\}"):
-            norms.layer_norm(x, one, zero, 1e-6, precision="float32")
+    ops = EmulatedOps(Arithmetic("f32-seq"), "float32")
+    plain = ops.layer_norm(x, one, zero, 1e-6)
+    # the configured wrapper calls ops.layer_norm: it gives the emulated LayerNorm
+    cfg = PLDRConfig.preset("tiny")
+    assert np.array_equal(norms.configured_layer_norm(x, NormParams(one, zero), cfg, ops), plain)
+    with pytest.raises(NotImplementedError, match=r"layer_norm option\(s\) \{'precision': 'float32'\}"):
+        ops.layer_norm(x, one, zero, 1e-6, precision="float32")
     assert 0 < np.abs(plain - norms.layer_norm(x, one, zero, 1e-6)).max() < 1e-5  # the emulation ran
 
 

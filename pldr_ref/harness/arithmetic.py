@@ -8,9 +8,10 @@ softmax in two passes or online (FlashAttention's running maximum, rescaled tile
 exp2 of a float32-rounded argument, division or multiplication by a rounded reciprocal, bias and activation fused
 into the float32 accumulator or applied to the stored result.
 
-:func:`emulating` swaps the reference's primitive functions (every module of ``pldr_ref`` that bound them) for
-emulated ones for the duration of a ``with`` block, so every case kind -- model, layer, cache, scoring, op -- and
-every isolated stage runs through the same code with that arithmetic.  Every rounding goes through
+:class:`EmulatedOps` is that arithmetic as an ``ops`` argument (:mod:`pldr_ref.ops`): the reference's primitives
+evaluated emulated, handed to the reference code (:func:`pldr_ref.harness.storage_run.storage_outputs`, the isolated
+stages), so every case kind -- model, layer, cache, scoring, op -- and every isolated stage runs through the same
+code with that arithmetic; nothing is swapped into a module.  Every rounding goes through
 :func:`round_to_dtype` (pldr_ref's own round-to-nearest-even; float32 registers by NumPy's IEEE cast, tested
 identical); every sum runs in an explicit order (a loop of elementwise float64 additions each followed by a
 rounding, or float32 additions in place when the products are exact in float32), so the result does not depend on the
@@ -24,27 +25,23 @@ sin, cos or 1/sqrt correctly rounded.  Each member's float32 result of those fun
 float32 value moved by a deterministic number of float32 ulps in [-``libm_ulps``, ``libm_ulps``]
 (:func:`libm_float32`), chosen by a SplitMix64 hash of the argument's bits, the function and the member's name --
 so the error is a property of the input, as a real libm's, and the same on every machine.  This covers the RoPE
-tables too (:func:`rope_angles`: torchtune's float32 ``pow`` / ``cos`` / ``sin``, a float32 table of real angles),
-whose rotation runs in the compute format (:func:`rotate_pairs`).
-
-Not thread-safe: the swap is process-global (validation runs cases one at a time).
+tables too (:meth:`EmulatedOps.rope_angles`: torchtune's float32 ``pow`` / ``cos`` / ``sin``, a float32 table of
+real angles), whose rotation runs in the compute format (:meth:`EmulatedOps.rotate_pairs`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 import math
-import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from pldr_ref.fixtures.splitmix import fnv1a64, mix64
 from pldr_ref.format_rounding import FloatFormat, round_to_format
+from pldr_ref.ops import FLOAT64_OPS, Ops
 
 #: Largest number of float64 elements one step of a blocked reduction materialises (bounds the memory of
 #: products taken for several tiles at once).
@@ -135,23 +132,6 @@ def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
     return storage_round(x, PRECISIONS[dtype])
 
 
-#: The arithmetic and storage dtype in force (process-wide: the worker threads of :mod:`pldr_ref.row_blocks`
-#: that run the softmax read it too); set only by :func:`emulating`, under :data:`_ACTIVE`.
-_PROCESS: list[Any] = [None, "float32"]
-_ACTIVE = threading.Lock()
-
-
-def _current() -> tuple[Arithmetic, str]:
-    if _PROCESS[0] is None:
-        raise RuntimeError("emulated arithmetic used outside pldr_ref.harness.arithmetic.emulating")
-    return _PROCESS[0], _PROCESS[1]
-
-
-def _rs(x: np.ndarray) -> np.ndarray:
-    """Round to the storage dtype."""
-    return round_to_dtype(x, _current()[1])
-
-
 def _f32(x: np.ndarray) -> np.ndarray:
     """A float32 register: NumPy's IEEE cast (round to nearest even, overflow to inf, gradual underflow), as the
     float32 accumulator or ALU of a kernel behaves (no range-aware widening, unlike storage).  The cast is
@@ -208,111 +188,12 @@ def libm_float32(value: np.ndarray, fn: str, args: tuple[np.ndarray, ...], ulps:
     return np.where(keep, r, _from_ordinal32(np.where(keep, o, moved))).astype(np.float64)
 
 
-def _libm(value: np.ndarray, fn: str, *args: np.ndarray) -> np.ndarray:
-    """:func:`libm_float32` with the current arithmetic's ``libm_ulps`` and a seed from its name (members differ,
-    as libraries do)."""
-    a, _ = _current()
-    return libm_float32(value, fn, args, a.libm_ulps, fnv1a64(a.name))
-
-
-def _rc(x: np.ndarray) -> np.ndarray:
-    """Round to the elementwise compute format."""
-    a, dt = _current()
-    return _f32(x) if a.compute == "float32" or dt == "float32" else round_to_dtype(x, dt)
-
-
-def _racc(x: np.ndarray) -> np.ndarray:
-    """Round to the accumulator format."""
-    a, dt = _current()
-    return _f32(x) if a.accumulate == "float32" or dt == "float32" else round_to_dtype(x, dt)
-
-
-def _operand(x: np.ndarray) -> np.ndarray:
-    a, dt = _current()
-    return round_to_dtype(x, "tf32" if a.tf32 and dt == "float32" else dt)
-
-
-def _exp(x: np.ndarray) -> np.ndarray:
-    """exp(x) by the float32 libm (or exp2 of the float32-rounded x log2 e), in the compute format."""
-    a, _ = _current()
-    x = np.asarray(x, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        if a.exp2:
-            t = _rc(x * LOG2E)
-            return _rc(_libm(np.exp2(t), "exp2", t))
-        return _rc(_libm(np.exp(x), "exp", x))
-
-
-def _div(x: np.ndarray, y: np.ndarray | float) -> np.ndarray:
-    a, _ = _current()
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if a.reciprocal:
-            return _rc(x * _rc(1.0 / np.asarray(y, dtype=np.float64)))
-        return _rc(x / y)
-
-
 #: Read-only arrays (parameters) found already rounded to an operand format: (id, format) -> the array (held, so
 #: that its id is not reused).  The calibration members round the same rounded parameter set (110 M values at
 #: ``v510-110m``) in every linear map; a read-only array is found rounded once per format.
 _ROUNDED_OPERANDS: dict[tuple[int, str], np.ndarray] = {}
 #: Most entries of :data:`_ROUNDED_OPERANDS` (oldest dropped first).
 ROUNDED_OPERAND_ENTRIES = 4096
-
-
-def _weight_operand(w: np.ndarray) -> np.ndarray:
-    """:func:`_operand` of a weight: the array itself when it is read-only and already rounded (remembered)."""
-    a, dt = _current()
-    key = (id(w), "tf32" if a.tf32 and dt == "float32" else dt)
-    if _ROUNDED_OPERANDS.get(key) is w:
-        return w
-    r = _operand(np.asarray(w, dtype=np.float64))
-    if isinstance(w, np.ndarray) and w.dtype == np.float64 and not w.flags.writeable and np.array_equal(r, w):
-        if len(_ROUNDED_OPERANDS) >= ROUNDED_OPERAND_ENTRIES:
-            _ROUNDED_OPERANDS.pop(next(iter(_ROUNDED_OPERANDS)))
-        _ROUNDED_OPERANDS[key] = w
-        return w
-    return r
-
-
-def matmul(x: np.ndarray, y: np.ndarray, *, round_operands: bool = True, y_rounded: bool = False) -> np.ndarray:
-    """x @ y (broadcast batch axes) with the current arithmetic's operands (rounded unless ``round_operands`` is
-    False; ``y_rounded``: y is already an operand of the current arithmetic), order, tiles and accumulator."""
-    arith, _ = _current()
-    a = np.asarray(x, dtype=np.float64)
-    b = np.asarray(y, dtype=np.float64)
-    if round_operands:
-        a = _operand(a)
-        b = b if y_rounded else _operand(b)
-    k = a.shape[-1]
-    if b.shape[-2] != k:
-        raise ValueError(f"matmul: inner dimensions {a.shape} x {b.shape}")
-    if arith.order == "reverse":
-        a, b = a[..., ::-1], b[..., ::-1, :]
-    tile = min(arith.tile or k, k) if k else 1
-    nt = -(-k // tile) if k else 0
-    pad = nt * tile - k
-    if pad:
-        a = np.concatenate([a, np.zeros((*a.shape[:-1], pad))], axis=-1)
-        b = np.concatenate([b, np.zeros((*b.shape[:-2], pad, b.shape[-1]))], axis=-2)
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    m, n = a.shape[-2], b.shape[-1]
-    if nt == 0:
-        return np.zeros((*batch, m, n))
-    _, dt = _current()
-    f32_acc = arith.accumulate == "float32" or dt == "float32"
-    short = (dt in ("bfloat16", "float16") or (arith.tf32 and dt == "float32")) if round_operands else \
-        bool(np.all(b == 1.0))  # operands of <= 12 significand bits (or a sum): products exact in float32
-    if f32_acc and short:
-        fast = _float32_running_sums(a, b, tile, nt, batch)
-        if fast is not None:
-            return fast
-    a = a.reshape(*a.shape[:-1], nt, tile)
-    b = b.reshape(*b.shape[:-2], 1, nt, tile, n)
-    out = np.empty((*batch, m, n))
-    with np.errstate(over="ignore", invalid="ignore"):
-        for r0, r1 in _row_chunks(m, int(np.prod(batch, dtype=np.int64)) * nt * n):
-            out[..., r0:r1, :] = _tiled_sums(a[..., r0:r1, :, :], b, (*batch, r1 - r0, nt, n), f32_acc, dt)
-    return out
 
 
 def _row_chunks(m: int, per_row: int) -> list[tuple[int, int]]:
@@ -397,54 +278,6 @@ def _products_normal(a32: np.ndarray, b32: np.ndarray, tiny: float) -> bool:
     return float(ma.min()) * float(mb.min()) >= tiny
 
 
-def row_sum(x: np.ndarray) -> np.ndarray:
-    """Sum over the last axis (keepdims) in the current arithmetic (a product with ones is exact)."""
-    x = np.asarray(x, dtype=np.float64)
-    return matmul(x, np.ones((x.shape[-1], 1)), round_operands=False)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# emulated primitives (same signatures as the reference functions they replace)
-
-
-def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """y = x W^T + b: bias added to the float32 accumulator (fused) or to the stored product."""
-    arith, _ = _current()
-    acc = matmul(x, np.swapaxes(_weight_operand(weight), -1, -2), y_rounded=True)
-    if bias is None:
-        return _rc(acc)
-    return _rc(acc + bias) if arith.fused else _rc(_rs(acc) + _rs(bias))
-
-
-def sigmoid(z: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-z)) in the compute format."""
-    z = np.asarray(z, dtype=np.float64)
-    with np.errstate(over="ignore"):
-        return _div(1.0, _rc(1.0 + _exp(-z)))
-
-
-def silu(z: np.ndarray) -> np.ndarray:
-    """z sigma(z) in the compute format."""
-    z = np.asarray(z, dtype=np.float64)
-    return _rc(z * sigmoid(z))
-
-
-def iswiglu(z: np.ndarray) -> np.ndarray:
-    """z (z sigma(z)) in the compute format."""
-    z = np.asarray(z, dtype=np.float64)
-    return _rc(z * silu(z))
-
-
-def glu(x: np.ndarray, p: Any) -> np.ndarray:
-    """W3 (silu(W1 x + b1) * (W2 x + b2)) + b3; unfused: each linear's output stored before the activation."""
-    arith, _ = _current()
-    h1, h2 = linear(x, p.w1, p.b1), linear(x, p.w2, p.b2)
-    if not arith.fused:
-        h1, h2 = _rs(h1), _rs(h2)
-    gate = _rc(silu(h1) * h2)
-    return linear(gate, p.w3, p.b3)
-
-
 def refuse_options(primitive: Callable[..., Any], options: dict[str, Any]) -> None:
     """``NotImplementedError`` naming every keyword option given to the emulation of the reference ``primitive``
     that this module does not implement, unless it has ``primitive``'s default value: an option (a switch read by
@@ -456,256 +289,333 @@ def refuse_options(primitive: Callable[..., Any], options: dict[str, Any]) -> No
                                   f"{primitive.__name__} option(s) {off}")
 
 
-def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-6, **options: Any) -> np.ndarray:
-    """(x - mu) / sqrt(var + eps) * gamma + beta with the sums of the current arithmetic; any other option of
-    :func:`pldr_ref.norms.layer_norm` is refused by name (:func:`refuse_options`) unless at its default."""
-    if options:
-        from pldr_ref import norms
-
-        refuse_options(_reference(norms.layer_norm), options)
-    x = _rc(np.asarray(x, dtype=np.float64))
-    n = x.shape[-1]
-    mu = _div(row_sum(x), float(n))
-    xc = _rc(x - mu)
-    var = _div(row_sum(_rc(xc * xc)), float(n))
-    v = _rc(var + eps)
-    arith, _ = _current()
-    with np.errstate(invalid="ignore", divide="ignore"):  # reciprocal: x * rsqrt(var + eps), a kernel's rsqrt
-        y = _rc(xc * _rc(_libm(1.0 / np.sqrt(v), "rsqrt", v))) if arith.reciprocal else _div(xc, _rc(np.sqrt(v)))
-    return _rc(_rc(y * gamma) + beta)
-
-
 def _per_head(t: np.ndarray, like: np.ndarray) -> np.ndarray:
     return t.reshape(t.shape[0], *([1] * (like.ndim - 4)), *t.shape[-2:])
 
 
-def density_operator(q_rot: np.ndarray) -> np.ndarray:
-    """A0 = Q~^T Q~ (sum over the rows)."""
-    return matmul(np.swapaxes(q_rot, -1, -2), q_rot)
+class EmulatedOps(Ops):
+    """The primitives of :class:`~pldr_ref.ops.Ops` evaluated in the arithmetic ``arith`` with storage dtype
+    ``dtype`` (module docstring): an ``ops`` argument of the forward map, the stage bodies and the case runners.
+    Every primitive is overridden (``tests/test_no_module_patching.py`` checks it); the object holds only its
+    arithmetic and dtype, so it can be handed to the worker threads of :mod:`pldr_ref.row_blocks`."""
 
+    def __init__(self, arith: Arithmetic, dtype: str) -> None:
+        if not arith.internal:
+            raise ValueError(f"Arithmetic {arith.name!r} evaluates each stage in float64 (internal=False): its ops "
+                             "are the reference's, pldr_ref.ops.FLOAT64_OPS (arithmetic_ops gives them)")
+        self.arith = arith
+        self.dtype = dtype
 
-def cumulative_density_operator(q_rot: np.ndarray) -> np.ndarray:
-    """A0_i = sum_{s <= i} q~_s q~_s^T: a running sum in the accumulator format, row by row."""
-    q = _operand(np.asarray(q_rot, dtype=np.float64))
-    b, h, s, dk = q.shape
-    out = np.empty((b, h, s, dk, dk))
-    acc = np.zeros((b, h, dk, dk))
-    for i in range(s):  # a prefix sum: each row's Gram is the previous one plus an outer product
-        p = q[:, :, i, :, None] * q[:, :, i, None, :]
-        acc = _racc(acc + p)
-        out[:, :, i] = acc
-    return out
+    def __repr__(self) -> str:
+        return f"EmulatedOps({self.arith.name!r}, {self.dtype!r})"
 
+    def _rs(self, x: np.ndarray) -> np.ndarray:
+        """Round to the storage dtype."""
+        return round_to_dtype(x, self.dtype)
 
-def metric_tensor(a: np.ndarray, W: np.ndarray, b: np.ndarray, eps_adj: float = 1e-9) -> np.ndarray:
-    """A_LM = iSwiGLU(W A + b) + eps_adj."""
-    arith, _ = _current()
-    acc = matmul(_per_head(W, a), a)
-    z = _rc(acc + _per_head(b, a)) if arith.fused else _rc(_rs(acc) + _per_head(b, a))
-    return _rc(iswiglu(z) + eps_adj)
+    def _libm(self, value: np.ndarray, fn: str, *args: np.ndarray) -> np.ndarray:
+        """:func:`libm_float32` with this arithmetic's ``libm_ulps`` and a seed from its name (members differ,
+        as libraries do)."""
+        a = self.arith
+        return libm_float32(value, fn, args, a.libm_ulps, fnv1a64(a.name))
 
+    def _rc(self, x: np.ndarray) -> np.ndarray:
+        """Round to the elementwise compute format."""
+        a, dt = self.arith, self.dtype
+        return _f32(x) if a.compute == "float32" or dt == "float32" else round_to_dtype(x, dt)
 
-def potential_tensor(a_lm: np.ndarray, P: np.ndarray) -> np.ndarray:
-    """A_P = A_LM^P elementwise by the float32 libm's pow, in the compute format; with ``exp2`` as Triton computes
-    it, exp2(P log2 A_LM) (log2, the product and exp2 each in float32; A_LM <= 0 by pow)."""
-    arith, _ = _current()
-    a = np.asarray(a_lm, dtype=np.float64)
-    p = np.broadcast_to(_per_head(P, a), a.shape)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        direct = _rc(_libm(np.power(a, p), "pow", a, p))
-        if not arith.exp2:
-            return direct
-        pos = a > 0
-        safe = np.where(pos, a, 1.0)
-        t = _rc(p * _rc(_libm(np.log2(safe), "log2", safe)))
-        return np.where(pos, _rc(_libm(np.exp2(t), "exp2", t)), direct)
+    def _racc(self, x: np.ndarray) -> np.ndarray:
+        """Round to the accumulator format."""
+        a, dt = self.arith, self.dtype
+        return _f32(x) if a.accumulate == "float32" or dt == "float32" else round_to_dtype(x, dt)
 
+    def _operand(self, x: np.ndarray) -> np.ndarray:
+        a, dt = self.arith, self.dtype
+        return round_to_dtype(x, "tf32" if a.tf32 and dt == "float32" else dt)
 
-def energy_curvature(a_p: np.ndarray, a: np.ndarray, b_a: np.ndarray) -> np.ndarray:
-    """G_LM = a A_P + b_a."""
-    arith, _ = _current()
-    acc = matmul(_per_head(a, a_p), a_p)
-    return _rc(acc + _per_head(b_a, a_p)) if arith.fused else _rc(_rs(acc) + _per_head(b_a, a_p))
+    def _exp(self, x: np.ndarray) -> np.ndarray:
+        """exp(x) by the float32 libm (or exp2 of the float32-rounded x log2 e), in the compute format."""
+        a = self.arith
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if a.exp2:
+                t = self._rc(x * LOG2E)
+                return self._rc(self._libm(np.exp2(t), "exp2", t))
+            return self._rc(self._libm(np.exp(x), "exp", x))
 
+    def _div(self, x: np.ndarray, y: np.ndarray | float) -> np.ndarray:
+        a = self.arith
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if a.reciprocal:
+                return self._rc(x * self._rc(1.0 / np.asarray(y, dtype=np.float64)))
+            return self._rc(x / y)
 
-def attention_scores(q_rot: np.ndarray, g_lm: np.ndarray, k_rot: np.ndarray, scale: str = "exact", *,
-                     out: np.ndarray | None = None) -> np.ndarray:
-    """(Q~ G) K~^T / sqrt(d_k): Q~ G stored as the next product's operand, the scale in the compute format."""
-    from pldr_ref.attention import score_scale_divisor
+    def _weight_operand(self, w: np.ndarray) -> np.ndarray:
+        """:func:`_operand` of a weight: the array itself when it is read-only and already rounded (remembered)."""
+        a, dt = self.arith, self.dtype
+        key = (id(w), "tf32" if a.tf32 and dt == "float32" else dt)
+        if _ROUNDED_OPERANDS.get(key) is w:
+            return w
+        r = self._operand(np.asarray(w, dtype=np.float64))
+        if isinstance(w, np.ndarray) and w.dtype == np.float64 and not w.flags.writeable and np.array_equal(r, w):
+            if len(_ROUNDED_OPERANDS) >= ROUNDED_OPERAND_ENTRIES:
+                _ROUNDED_OPERANDS.pop(next(iter(_ROUNDED_OPERANDS)))
+            _ROUNDED_OPERANDS[key] = w
+            return w
+        return r
 
-    d_k = q_rot.shape[-1]
-    qg = matmul(np.asarray(q_rot)[..., None, :], g_lm)[..., 0, :] if np.ndim(g_lm) == 5 else matmul(q_rot, g_lm)
-    sc = matmul(_rc(qg), np.swapaxes(k_rot, -1, -2))
-    op, root = score_scale_divisor(d_k, scale)
-    sc = _rc(sc * _rc(np.float64(root))) if op == "multiply" else _div(sc, root)
-    if out is not None:
-        out[...] = sc
+    def matmul(self, x: np.ndarray, y: np.ndarray, *, round_operands: bool = True, y_rounded: bool = False
+               ) -> np.ndarray:
+        """x @ y (broadcast batch axes) with this arithmetic's operands (rounded unless ``round_operands`` is
+        False; ``y_rounded``: y is already an operand of this arithmetic), order, tiles and accumulator."""
+        arith = self.arith
+        a = np.asarray(x, dtype=np.float64)
+        b = np.asarray(y, dtype=np.float64)
+        if round_operands:
+            a = self._operand(a)
+            b = b if y_rounded else self._operand(b)
+        k = a.shape[-1]
+        if b.shape[-2] != k:
+            raise ValueError(f"matmul: inner dimensions {a.shape} x {b.shape}")
+        if arith.order == "reverse":
+            a, b = a[..., ::-1], b[..., ::-1, :]
+        tile = min(arith.tile or k, k) if k else 1
+        nt = -(-k // tile) if k else 0
+        pad = nt * tile - k
+        if pad:
+            a = np.concatenate([a, np.zeros((*a.shape[:-1], pad))], axis=-1)
+            b = np.concatenate([b, np.zeros((*b.shape[:-2], pad, b.shape[-1]))], axis=-2)
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        m, n = a.shape[-2], b.shape[-1]
+        if nt == 0:
+            return np.zeros((*batch, m, n))
+        dt = self.dtype
+        f32_acc = arith.accumulate == "float32" or dt == "float32"
+        short = (dt in ("bfloat16", "float16") or (arith.tf32 and dt == "float32")) if round_operands else \
+            bool(np.all(b == 1.0))  # operands of <= 12 significand bits (or a sum): products exact in float32
+        if f32_acc and short:
+            fast = _float32_running_sums(a, b, tile, nt, batch)
+            if fast is not None:
+                return fast
+        a = a.reshape(*a.shape[:-1], nt, tile)
+        b = b.reshape(*b.shape[:-2], 1, nt, tile, n)
+        out = np.empty((*batch, m, n))
+        with np.errstate(over="ignore", invalid="ignore"):
+            for r0, r1 in _row_chunks(m, int(np.prod(batch, dtype=np.int64)) * nt * n):
+                out[..., r0:r1, :] = _tiled_sums(a[..., r0:r1, :, :], b, (*batch, r1 - r0, nt, n), f32_acc, dt)
         return out
-    return sc
 
+    def row_sum(self, x: np.ndarray) -> np.ndarray:
+        """Sum over the last axis (keepdims) in this arithmetic (a product with ones is exact)."""
+        x = np.asarray(x, dtype=np.float64)
+        return self.matmul(x, np.ones((x.shape[-1], 1)), round_operands=False)
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    arith, _ = _current()
-    lg = np.asarray(logits, dtype=np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        if arith.softmax == "online":
-            t = lg.shape[-1]
-            st = max(1, arith.softmax_tile)
-            m = np.full((*lg.shape[:-1], 1), -np.inf)
-            z = np.zeros((*lg.shape[:-1], 1))
-            for j0 in range(0, t, st):  # FlashAttention: running max, the running sum rescaled at every tile
-                blk = lg[..., j0:j0 + st]
-                m_new = np.maximum(m, np.max(blk, axis=-1, keepdims=True))
-                safe = np.where(np.isfinite(m_new), m_new, 0.0)
-                corr = _exp(_rc(np.where(np.isfinite(m), m - safe, -np.inf)))
-                z = _racc(_racc(z * corr) + row_sum(_exp(_rc(blk - safe))))
-                m = m_new
-            safe = np.where(np.isfinite(m), m, 0.0)
-            e = _exp(_rc(lg - safe))
+    def linear(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+        """y = x W^T + b: bias added to the float32 accumulator (fused) or to the stored product."""
+        arith = self.arith
+        acc = self.matmul(x, np.swapaxes(self._weight_operand(weight), -1, -2), y_rounded=True)
+        if bias is None:
+            return self._rc(acc)
+        return self._rc(acc + bias) if arith.fused else self._rc(self._rs(acc) + self._rs(bias))
+
+    def sigmoid(self, z: np.ndarray) -> np.ndarray:
+        """1 / (1 + exp(-z)) in the compute format."""
+        z = np.asarray(z, dtype=np.float64)
+        with np.errstate(over="ignore"):
+            return self._div(1.0, self._rc(1.0 + self._exp(-z)))
+
+    def silu(self, z: np.ndarray) -> np.ndarray:
+        """z sigma(z) in the compute format."""
+        z = np.asarray(z, dtype=np.float64)
+        return self._rc(z * self.sigmoid(z))
+
+    def iswiglu(self, z: np.ndarray) -> np.ndarray:
+        """z (z sigma(z)) in the compute format."""
+        z = np.asarray(z, dtype=np.float64)
+        return self._rc(z * self.silu(z))
+
+    def glu(self, x: np.ndarray, p: Any) -> np.ndarray:
+        """W3 (silu(W1 x + b1) * (W2 x + b2)) + b3; unfused: each linear's output stored before the activation."""
+        arith = self.arith
+        h1, h2 = self.linear(x, p.w1, p.b1), self.linear(x, p.w2, p.b2)
+        if not arith.fused:
+            h1, h2 = self._rs(h1), self._rs(h2)
+        gate = self._rc(self.silu(h1) * h2)
+        return self.linear(gate, p.w3, p.b3)
+
+    def layer_norm(self, x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-6, **options: Any
+                   ) -> np.ndarray:
+        """(x - mu) / sqrt(var + eps) * gamma + beta with the sums of this arithmetic; any other option of
+        :func:`pldr_ref.norms.layer_norm` is refused by name (:func:`refuse_options`) unless at its default."""
+        if options:
+            from pldr_ref import norms
+
+            refuse_options(norms.layer_norm, options)
+        x = self._rc(np.asarray(x, dtype=np.float64))
+        n = x.shape[-1]
+        mu = self._div(self.row_sum(x), float(n))
+        xc = self._rc(x - mu)
+        var = self._div(self.row_sum(self._rc(xc * xc)), float(n))
+        v = self._rc(var + eps)
+        arith = self.arith
+        with np.errstate(invalid="ignore", divide="ignore"):  # reciprocal: x * rsqrt(var + eps), a kernel's rsqrt
+            if arith.reciprocal:
+                y = self._rc(xc * self._rc(self._libm(1.0 / np.sqrt(v), "rsqrt", v)))
+            else:
+                y = self._div(xc, self._rc(np.sqrt(v)))
+        return self._rc(self._rc(y * gamma) + beta)
+
+    def density_operator(self, q_rot: np.ndarray) -> np.ndarray:
+        """A0 = Q~^T Q~ (sum over the rows)."""
+        return self.matmul(np.swapaxes(q_rot, -1, -2), q_rot)
+
+    def cumulative_density_operator(self, q_rot: np.ndarray) -> np.ndarray:
+        """A0_i = sum_{s <= i} q~_s q~_s^T: a running sum in the accumulator format, row by row."""
+        q = self._operand(np.asarray(q_rot, dtype=np.float64))
+        b, h, s, dk = q.shape
+        out = np.empty((b, h, s, dk, dk))
+        acc = np.zeros((b, h, dk, dk))
+        for i in range(s):  # a prefix sum: each row's Gram is the previous one plus an outer product
+            p = q[:, :, i, :, None] * q[:, :, i, None, :]
+            acc = self._racc(acc + p)
+            out[:, :, i] = acc
+        return out
+
+    def metric_tensor(self, a: np.ndarray, W: np.ndarray, b: np.ndarray, eps_adj: float = 1e-9) -> np.ndarray:
+        """A_LM = iSwiGLU(W A + b) + eps_adj."""
+        arith = self.arith
+        acc = self.matmul(_per_head(W, a), a)
+        z = self._rc(acc + _per_head(b, a)) if arith.fused else self._rc(self._rs(acc) + _per_head(b, a))
+        return self._rc(self.iswiglu(z) + eps_adj)
+
+    def potential_tensor(self, a_lm: np.ndarray, P: np.ndarray) -> np.ndarray:
+        """A_P = A_LM^P elementwise by the float32 libm's pow, in the compute format; with ``exp2`` as Triton computes
+        it, exp2(P log2 A_LM) (log2, the product and exp2 each in float32; A_LM <= 0 by pow)."""
+        arith = self.arith
+        a = np.asarray(a_lm, dtype=np.float64)
+        p = np.broadcast_to(_per_head(P, a), a.shape)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            direct = self._rc(self._libm(np.power(a, p), "pow", a, p))
+            if not arith.exp2:
+                return direct
+            pos = a > 0
+            safe = np.where(pos, a, 1.0)
+            t = self._rc(p * self._rc(self._libm(np.log2(safe), "log2", safe)))
+            return np.where(pos, self._rc(self._libm(np.exp2(t), "exp2", t)), direct)
+
+    def energy_curvature(self, a_p: np.ndarray, a: np.ndarray, b_a: np.ndarray) -> np.ndarray:
+        """G_LM = a A_P + b_a."""
+        arith = self.arith
+        acc = self.matmul(_per_head(a, a_p), a_p)
+        return self._rc(acc + _per_head(b_a, a_p)) if arith.fused else self._rc(self._rs(acc) + _per_head(b_a, a_p))
+
+    def attention_scores(self, q_rot: np.ndarray, g_lm: np.ndarray, k_rot: np.ndarray, scale: str = "exact", *,
+                         out: np.ndarray | None = None) -> np.ndarray:
+        """(Q~ G) K~^T / sqrt(d_k): Q~ G stored as the next product's operand, the scale in the compute format."""
+        from pldr_ref.attention import score_scale_divisor
+
+        d_k = q_rot.shape[-1]
+        if np.ndim(g_lm) == 5:
+            qg = self.matmul(np.asarray(q_rot)[..., None, :], g_lm)[..., 0, :]
         else:
-            m = np.max(lg, axis=-1, keepdims=True)
-            safe = np.where(np.isfinite(m), m, 0.0)
-            e = _exp(_rc(lg - safe))
-            z = row_sum(e)
-        return _div(e, np.where(z == 0, 1.0, z))
+            qg = self.matmul(q_rot, g_lm)
+        sc = self.matmul(self._rc(qg), np.swapaxes(k_rot, -1, -2))
+        op, root = score_scale_divisor(d_k, scale)
+        sc = self._rc(sc * self._rc(np.float64(root))) if op == "multiply" else self._div(sc, root)
+        if out is not None:
+            out[...] = sc
+            return out
+        return sc
+
+    def _softmax(self, logits: np.ndarray) -> np.ndarray:
+        arith = self.arith
+        lg = np.asarray(logits, dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            if arith.softmax == "online":
+                t = lg.shape[-1]
+                st = max(1, arith.softmax_tile)
+                m = np.full((*lg.shape[:-1], 1), -np.inf)
+                z = np.zeros((*lg.shape[:-1], 1))
+                for j0 in range(0, t, st):  # FlashAttention: running max, the running sum rescaled at every tile
+                    blk = lg[..., j0:j0 + st]
+                    m_new = np.maximum(m, np.max(blk, axis=-1, keepdims=True))
+                    safe = np.where(np.isfinite(m_new), m_new, 0.0)
+                    corr = self._exp(self._rc(np.where(np.isfinite(m), m - safe, -np.inf)))
+                    z = self._racc(self._racc(z * corr) + self.row_sum(self._exp(self._rc(blk - safe))))
+                    m = m_new
+                safe = np.where(np.isfinite(m), m, 0.0)
+                e = self._exp(self._rc(lg - safe))
+            else:
+                m = np.max(lg, axis=-1, keepdims=True)
+                safe = np.where(np.isfinite(m), m, 0.0)
+                e = self._exp(self._rc(lg - safe))
+                z = self.row_sum(e)
+            return self._div(e, np.where(z == 0, 1.0, z))
+
+    def attention_weights(self, logits: np.ndarray, mask: np.ndarray | None, *, precision: str = "float64",
+                          masked_row: str = "arithmetic", overwrite_input: bool = False,
+                          kernel: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """E = softmax(logits) in this arithmetic (``precision="explicit"``: the user's own float32
+        ``kernel``, as the reference runs it); fully masked rows as ``masked_row`` says (the reference's rule,
+        :func:`pldr_ref.attention.attention_weights`)."""
+        e = kernel(logits) if precision == "explicit" and kernel is not None else self._softmax(logits)
+        if masked_row == "arithmetic" or mask is None:
+            return e
+        dead = np.all(mask, axis=-1, keepdims=True)
+        if not dead.any():
+            return e
+        fill = {"zeros": 0.0, "uniform": 1.0 / e.shape[-1], "nan": np.nan}[masked_row]
+        return np.where(dead, fill, e)
+
+    def mix_values(self, e: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Z = E V (E stored as the product's operand, as FlashAttention casts P)."""
+        return self.matmul(e, v)
+
+    def rope_angles(self, positions: np.ndarray, d_k: int, base: float, precision: str = "exact",
+                    explicit: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """(cos, sin) [..., d_k/2] of the RoPE table as a float32 kernel holds it (the reference's
+        :func:`pldr_ref.rope.rope_angles` otherwise):
+
+        * ``"float32"`` (torchtune): omega_i = RN(1 / pow(base, RN(2i) / RN(d_k))), phi = RN(p omega_i), cos and sin,
+          each transcendental by the float32 libm (:func:`libm_float32`), every step in float32;
+        * ``"exact"``: cos and sin of the float64 angles held in float32 within ``libm_ulps`` ulps;
+        * ``"keras-0.6.4"`` and ``"explicit"``: the reference's table (a recipe in float64, or the user's values).
+        """
+        from pldr_ref import rope
+
+        ref = rope.rope_angles
+        if precision != "float32" and precision != "exact":  # tables without float32 transcendentals
+            return ref(positions, d_k, base, precision, explicit)
+        rope.check_table_used(precision, explicit)
+        pos = np.asarray(positions)
+        if precision == "float32":
+            exps = (np.arange(0, d_k, 2, dtype=np.float32)[: d_k // 2] / np.float32(d_k)).astype(np.float64)
+            bases = np.full(exps.shape, float(base))
+            powers = self._libm(np.power(bases, exps), "pow", bases, exps)
+            omega = _f32(1.0 / powers)
+            phi = _f32(pos.astype(np.float64)[..., None] * omega)
+            return (self._libm(np.cos(phi), "cos", phi).astype(np.float32),
+                    self._libm(np.sin(phi), "sin", phi).astype(np.float32))
+        cos, sin = ref(positions, d_k, base, precision, explicit)
+        return self._libm(cos, "cos", cos), self._libm(sin, "sin", sin)
+
+    def rotate_pairs(self, x1: np.ndarray, x2: np.ndarray, cos: np.ndarray, sin: np.ndarray, arithmetic: str
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin: the ``"float64"`` rotation (real-angle tables) in the compute
+        format, each product and sum rounded (no fused multiply-add), the table rounded to it first; the float32
+        and ``float64_qk_f32`` rotations are the reference's (:func:`pldr_ref.rope.rotate_pairs`: declared
+        arithmetics)."""
+        from pldr_ref import rope
+
+        if arithmetic != "float64":
+            return rope.rotate_pairs(x1, x2, cos, sin, arithmetic)
+        c, s = self._rc(np.asarray(cos, dtype=np.float64)), self._rc(np.asarray(sin, dtype=np.float64))
+        a, b = np.asarray(x1, dtype=np.float64), np.asarray(x2, dtype=np.float64)
+        return self._rc(self._rc(a * c) - self._rc(b * s)), self._rc(self._rc(b * c) + self._rc(a * s))
 
 
-def attention_weights(logits: np.ndarray, mask: np.ndarray | None, *, precision: str = "float64",
-                      masked_row: str = "arithmetic", overwrite_input: bool = False,
-                      kernel: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-    """E = softmax(logits) in the current arithmetic (``precision="explicit"``: the user's own float32
-    ``kernel``, as the reference runs it); fully masked rows as ``masked_row`` says (the reference's rule,
-    :func:`pldr_ref.attention.attention_weights`)."""
-    e = kernel(logits) if precision == "explicit" and kernel is not None else _softmax(logits)
-    if masked_row == "arithmetic" or mask is None:
-        return e
-    dead = np.all(mask, axis=-1, keepdims=True)
-    if not dead.any():
-        return e
-    fill = {"zeros": 0.0, "uniform": 1.0 / e.shape[-1], "nan": np.nan}[masked_row]
-    return np.where(dead, fill, e)
-
-
-def mix_values(e: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Z = E V (E stored as the product's operand, as FlashAttention casts P)."""
-    return matmul(e, v)
-
-
-def rope_angles(positions: np.ndarray, d_k: int, base: float, precision: str = "exact",
-                explicit: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """(cos, sin) [..., d_k/2] of the RoPE table as a float32 kernel holds it (the reference's
-    :func:`pldr_ref.rope.rope_angles` otherwise):
-
-    * ``"float32"`` (torchtune): omega_i = RN(1 / pow(base, RN(2i) / RN(d_k))), phi = RN(p omega_i), cos and sin,
-      each transcendental by the float32 libm (:func:`libm_float32`), every step in float32;
-    * ``"exact"``: cos and sin of the float64 angles held in float32 within ``libm_ulps`` ulps;
-    * ``"keras-0.6.4"`` and ``"explicit"``: the reference's table (a recipe in float64, or the user's values).
-    """
-    from pldr_ref import rope
-
-    ref = _reference(rope.rope_angles)
-    if precision != "float32" and precision != "exact":  # tables without float32 transcendentals
-        return ref(positions, d_k, base, precision, explicit)
-    rope.check_table_used(precision, explicit)
-    pos = np.asarray(positions)
-    if precision == "float32":
-        exps = (np.arange(0, d_k, 2, dtype=np.float32)[: d_k // 2] / np.float32(d_k)).astype(np.float64)
-        bases = np.full(exps.shape, float(base))
-        powers = _libm(np.power(bases, exps), "pow", bases, exps)
-        omega = _f32(1.0 / powers)
-        phi = _f32(pos.astype(np.float64)[..., None] * omega)
-        return (_libm(np.cos(phi), "cos", phi).astype(np.float32),
-                _libm(np.sin(phi), "sin", phi).astype(np.float32))
-    cos, sin = ref(positions, d_k, base, precision, explicit)
-    return _libm(cos, "cos", cos), _libm(sin, "sin", sin)
-
-
-def rotate_pairs(x1: np.ndarray, x2: np.ndarray, cos: np.ndarray, sin: np.ndarray, arithmetic: str
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin: the ``"float64"`` rotation (real-angle tables) in the compute
-    format, each product and sum rounded (no fused multiply-add), the table rounded to it first; the float32
-    and ``float64_qk_f32`` rotations are the reference's (:func:`pldr_ref.rope.rotate_pairs`: declared
-    arithmetics)."""
-    from pldr_ref import rope
-
-    if arithmetic != "float64":
-        return _reference(rope.rotate_pairs)(x1, x2, cos, sin, arithmetic)
-    c, s = _rc(np.asarray(cos, dtype=np.float64)), _rc(np.asarray(sin, dtype=np.float64))
-    a, b = np.asarray(x1, dtype=np.float64), np.asarray(x2, dtype=np.float64)
-    return _rc(_rc(a * c) - _rc(b * s)), _rc(_rc(b * c) + _rc(a * s))
-
-
-#: Modules that bind primitives by name and may be imported lazily: loaded before the first swap, so that none is
-#: first imported inside an :func:`emulating` block (it would bind the emulations for good).
-PRELOAD = ("pldr_ref.model", "pldr_ref.layer", "pldr_ref.metric_learner", "pldr_ref.inference",
-           "pldr_ref.inference.step", "pldr_ref.inference.scoring", "pldr_ref.inference.generation",
-           "pldr_ref.inference.modes", "pldr_ref.fixtures.runners", "pldr_ref.fixtures.baselines",
-           "pldr_ref.harness.stage_reference")
-
-
-def _replacements() -> dict[Callable[..., Any], Callable[..., Any]]:
-    import importlib
-
-    from pldr_ref import activations, attention, density, linear_map, norms, plga, rope
-    from pldr_ref import glu as glu_mod
-
-    for name in PRELOAD:
-        importlib.import_module(name)
-
-    return {linear_map.linear: linear, glu_mod.glu: glu, norms.layer_norm: layer_norm, activations.silu: silu,
-            activations.sigmoid: sigmoid, activations.iswiglu: iswiglu, density.density_operator: density_operator,
-            density.cumulative_density_operator: cumulative_density_operator, plga.metric_tensor: metric_tensor,
-            plga.potential_tensor: potential_tensor, plga.energy_curvature: energy_curvature,
-            attention.attention_scores: attention_scores, attention.attention_weights: attention_weights,
-            attention.mix_values: mix_values, rope.rope_angles: rope_angles, rope.rotate_pairs: rotate_pairs}
-
-
-_ORIGINALS: dict[Callable[..., Any], Callable[..., Any]] | None = None
-
-
-def _reference(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The reference primitive of ``fn`` (inside :func:`emulating` a module name is bound to the emulation)."""
-    back = {id(new): orig for orig, new in (_ORIGINALS or {}).items()}
-    return back.get(id(fn), fn)
-#: (number of loaded modules, patch sites) of the last scan: the sites are found again when modules were loaded.
-_SITES: list[Any] = [-1, []]
-
-
-def _patch_sites() -> list[tuple[Any, str, Any, Callable[..., Any]]]:
-    """(module, attribute, original, emulation) for every ``pldr_ref`` module attribute bound to a primitive."""
-    global _ORIGINALS
-    if _ORIGINALS is None:
-        _ORIGINALS = _replacements()
-    if _SITES[0] != len(sys.modules):
-        swaps = {id(orig): new for orig, new in _ORIGINALS.items()}
-        sites = []
-        for name, mod in list(sys.modules.items()):
-            if mod is None or name == __name__ or not (name == "pldr_ref" or name.startswith("pldr_ref.")):
-                continue
-            for attr, val in list(vars(mod).items()):
-                new = swaps.get(id(val))
-                if new is not None and callable(val):
-                    sites.append((mod, attr, val, new))
-        _SITES[0], _SITES[1] = len(sys.modules), sites
-    return _SITES[1]
-
-
-@contextlib.contextmanager
-def emulating(arith: Arithmetic, dtype: str) -> Iterator[None]:
-    """Inside the block every reference primitive bound by a ``pldr_ref`` module is replaced by its emulation
-    in ``arith`` with storage dtype ``dtype`` (``arith.internal`` False: nothing is replaced); floating-point
-    overflow and invalid operations give inf / NaN silently, as in a kernel."""
-    if not arith.internal:
-        yield
-        return
-    with _ACTIVE, np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        sites = _patch_sites()
-        for mod, attr, _, new in sites:
-            setattr(mod, attr, new)
-        _PROCESS[0], _PROCESS[1] = arith, dtype
-        try:
-            yield
-        finally:
-            for mod, attr, val, _ in sites:
-                setattr(mod, attr, val)
-            _PROCESS[0] = None
+def arithmetic_ops(arith: Arithmetic, dtype: str) -> Ops:
+    """The ``ops`` of a run in ``arith`` with storage dtype ``dtype``: :class:`EmulatedOps`, or the float64
+    reference's (:data:`pldr_ref.ops.FLOAT64_OPS`) for a member evaluating each stage in float64
+    (``internal=False``: only its stage outputs are rounded)."""
+    return EmulatedOps(arith, dtype) if arith.internal else FLOAT64_OPS

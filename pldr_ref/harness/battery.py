@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pldr_ref.harness.arithmetic import Arithmetic, emulating
+from pldr_ref.harness.arithmetic import Arithmetic, arithmetic_ops
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported, every_value
 from pldr_ref.switches import names
 
@@ -83,8 +83,7 @@ class EmulatedBackend:
 
         if dtype not in BATTERY_DTYPES:
             raise Unsupported(f"{self.name} computes in {BATTERY_DTYPES}, not {dtype}")
-        with emulating(self.arith, dtype):
-            out = storage_outputs(case, dtype)
+        out = storage_outputs(case, dtype, arithmetic_ops(self.arith, dtype))
         if out is None:
             raise Unsupported(f"case kind {case.kind!r} has no runner")
         return out
@@ -100,9 +99,8 @@ class EmulatedBackend:
             raise Unsupported(f"{self.name} computes in {BATTERY_DTYPES}, not {dt}")
         params = Params(request.params.config, {k: round_to(dt, v) for k, v in request.params.items()})
         inputs = {k: round_to(dt, v) for k, v in request.inputs.items()}
-        with emulating(self.arith, dt):
-            out = reference_stage(request.stage, request.layer, request.config, params, inputs,
-                                  round_to=lambda a: round_to(dt, a))
+        out = reference_stage(request.stage, request.layer, request.config, params, inputs,
+                              round_to=lambda a: round_to(dt, a), ops=arithmetic_ops(self.arith, dt))
         return {k: round_to(dt, v) for k, v in out.items()}
 
 

@@ -143,7 +143,7 @@ def _run(args: Any) -> int:
         read_document(m)
     cases = load_selected_suite(root, names)
     if args.fresh:
-        ensemble._STORE = {}
+        ensemble._store().clear()
     dtypes = tuple(args.dtype or ("float32", "bfloat16", "float16"))
     n = write_store(cases, out, dtypes, tuple(Path(m) for m in args.merge), prune=args.prune)
     print(f"wrote {n} statistics to {out}")

@@ -5,9 +5,9 @@ compute the model in a storage dtype (accumulation in float32 or in the dtype, e
 the dtype, one-pass or blocked sums in two orders, two-pass or online softmax, exp or exp2, division or
 reciprocal, fused or unfused bias and activation, TF32 products in float32 runs, and a member evaluating each
 stage in float64 that rounds only stage outputs).  Every member runs the case (or the isolated stage) through the
-reference code with its arithmetic (:func:`pldr_ref.harness.arithmetic.emulating`); its error against the golden
-value gives four numbers per output (max error, relative RMS, offset, gain).  The statistic of each
-(:func:`robust_stats`) is the largest, over the groups of members making one arithmetic choice
+reference code with its arithmetic (passed as ``ops``: :func:`pldr_ref.harness.arithmetic.arithmetic_ops`); its
+error against the golden value gives four numbers per output (max error, relative RMS, offset, gain).  The
+statistic of each (:func:`robust_stats`) is the largest, over the groups of members making one arithmetic choice
 (:func:`choice_groups`), of the group's **median** -- never one run's maximum -- taken among the members the
 arithmetic a backend declares covers (:data:`ARITHMETIC_KEYS`: the float32-accumulating GPU default, or every
 member), and the policy (:mod:`pldr_ref.harness.tolerance`) scales it.  The statistics are rounded up to
@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from pldr_ref.harness.arithmetic import Arithmetic, emulating
+from pldr_ref.harness.arithmetic import Arithmetic, arithmetic_ops
 from pldr_ref.harness.storage_run import ArithmeticStats, ErrorStats, storage_outputs
+from pldr_ref.ops import Ops
 
 #: The calibration ensemble (12 members for bfloat16 / float16; the float32 ensemble adds a TF32 member); the
 #: member evaluating each stage in float64 is issue 19's "naive" run.
@@ -127,22 +128,21 @@ def case_runs(case: Any, dtype: str) -> list[tuple[str, dict[str, np.ndarray] | 
     def compute() -> list[tuple[str, dict[str, np.ndarray] | None]]:
         out = []
         for m in members(dtype):
-            with emulating(m, dtype):
-                out.append((m.name, storage_outputs(case, dtype)))
+            out.append((m.name, storage_outputs(case, dtype, arithmetic_ops(m, dtype))))
         return out
 
     return _memo(("case", _digest(case), dtype), compute)
 
 
 def stage_runs(case: Any, stage: str, layer: int | None, dtype: str,
-               run: Callable[[], dict[str, np.ndarray] | None]) -> list[tuple[str, dict[str, np.ndarray] | None]]:
-    """(member name, outputs) of every member's run of one isolated stage (``run`` evaluates it)."""
+               run: Callable[[Ops], dict[str, np.ndarray] | None]) -> list[tuple[str, dict[str, np.ndarray] | None]]:
+    """(member name, outputs) of every member's run of one isolated stage (``run(ops)`` evaluates it in the
+    member's arithmetic)."""
 
     def compute() -> list[tuple[str, dict[str, np.ndarray] | None]]:
         out = []
         for m in members(dtype):
-            with emulating(m, dtype):
-                out.append((m.name, run()))
+            out.append((m.name, run(arithmetic_ops(m, dtype))))
         return out
 
     return _memo(("stage", _digest(case), dtype, stage, layer), compute)

@@ -36,6 +36,7 @@ from pldr_ref.harness.tolerance import (
 )
 from pldr_ref.layer import LAYER_TRACE_NAMES
 from pldr_ref.model import resolve_pad_masking
+from pldr_ref.ops import FLOAT64_OPS, Ops
 from pldr_ref.params import Params
 from pldr_ref.registry import (
     ALL_STAGES,
@@ -318,25 +319,25 @@ def ensemble_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str
 
     memo: dict[str, Any] = {}
 
-    def run() -> dict[str, np.ndarray] | None:
+    def run(ops: Ops) -> dict[str, np.ndarray] | None:
         if "inputs" not in memo:  # the members share the rounded inputs
             memo["inputs"] = {k: round_to(dtype, v) for k, v in inputs.items()
                               if k in STAGE_INPUTS.get(stage, ()) or k not in LAYER_TRACE_NAMES}
-        return storage_stage(case, stage, layer, memo["inputs"], dtype, params_cache, rounded=True)
+        return storage_stage(case, stage, layer, memo["inputs"], dtype, params_cache, rounded=True, ops=ops)
 
     runs = stage_runs(case, stage, layer, dtype, run)
     return [r for _, r in runs]
 
 
 def storage_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str, np.ndarray], dtype: str,
-                params_cache: dict, *, rounded: bool = False) -> dict[str, np.ndarray] | None:
-    """The float64 reference stage on dtype-rounded inputs (``rounded``: already rounded) and parameters (None if
-    it cannot run)."""
+                params_cache: dict, *, rounded: bool = False, ops: Ops = FLOAT64_OPS) -> dict[str, np.ndarray] | None:
+    """The reference stage, in the arithmetic ``ops`` (default float64), on dtype-rounded inputs (``rounded``:
+    already rounded) and parameters (None if it cannot run)."""
     if not rounded:
         inputs = {k: round_to(dtype, v) for k, v in inputs.items()}
     try:
         return reference_stage(stage, layer, case.config, _rounded_params(case.params, dtype, params_cache), inputs,
-                               round_to=lambda a: round_to(dtype, a))
+                               round_to=lambda a: round_to(dtype, a), ops=ops)
     except (ValueError, FloatingPointError, OverflowError):
         return None
 

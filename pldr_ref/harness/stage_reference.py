@@ -2,7 +2,8 @@
 backend's ``run_stage``): the registry stage's own ``run`` (:meth:`pldr_ref.registry.Stage.run`), the body that
 :func:`pldr_ref.layer.decoder_layer` calls too.  The harness uses it to measure the naive low-precision baseline of
 an isolated stage: upstream values and parameters rounded to the dtype, this function in float64, the output
-rounded (the FlashAttention rule applied per stage)."""
+rounded (the FlashAttention rule applied per stage); and a calibration member's run of the stage, this function with
+the member's arithmetic (``ops``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from pldr_ref import registry
 from pldr_ref.config import PLDRConfig
+from pldr_ref.ops import FLOAT64_OPS, Ops
 from pldr_ref.params import Params
 from pldr_ref.rope import RopeTable
 
@@ -25,11 +27,12 @@ def masked_logits_rounding(round_to: Callable[[np.ndarray], np.ndarray]) -> Call
 
 def reference_stage(stage: str, layer: int | None, config: PLDRConfig, params: Params,
                     inputs: Mapping[str, np.ndarray],
-                    round_to: Callable[[np.ndarray], np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                    round_to: Callable[[np.ndarray], np.ndarray] | None = None, ops: Ops = FLOAT64_OPS
+                    ) -> dict[str, np.ndarray]:
     """Outputs (by leaf name) of ``stage`` of layer ``layer`` from upstream ``inputs`` (see
     :class:`pldr_ref.harness.protocol.StageRequest`; an explicit RoPE table comes as ``rope_cos`` / ``rope_sin``),
-    computed by the registry stage's float64 body.  ``round_to`` (naive low-precision runs) rounds the masked
-    logits inside ``masked_softmax`` (:func:`masked_logits_rounding`)."""
+    computed by the registry stage's body in the arithmetic ``ops`` (default float64).  ``round_to`` (low-precision
+    runs) rounds the masked logits inside ``masked_softmax`` (:func:`masked_logits_rounding`)."""
     if stage not in {s.name for s in registry.ALL_STAGES}:
         raise ValueError(f"unknown stage {stage!r}")
     ins: dict[str, Any] = dict(inputs)
@@ -38,4 +41,4 @@ def reference_stage(stage: str, layer: int | None, config: PLDRConfig, params: P
     if round_to is not None:
         ins["on_stage"] = masked_logits_rounding(round_to)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return registry.stage(stage).run(params, layer, config, ins)
+        return registry.stage(stage).run(params, layer, config, ins, ops)

@@ -2,8 +2,8 @@
 
 What the calibration ensemble (:mod:`pldr_ref.harness.ensemble`) runs and measures, below the pass/fail policy
 that scales those statistics (:mod:`pldr_ref.harness.tolerance`, which re-exports these names): a case run with
-inputs, parameters and stage outputs rounded to the dtype (:func:`storage_outputs`; inside
-:func:`pldr_ref.harness.arithmetic.emulating` every member's own arithmetic), and the four error measures of one
+inputs, parameters and stage outputs rounded to the dtype (:func:`storage_outputs`; with a member's ``ops``,
+:func:`pldr_ref.harness.arithmetic.arithmetic_ops`, in that member's own arithmetic), and the four error measures of one
 output (:class:`ErrorStats`, :func:`error_stats`).
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.harness.compare import numpy_dtype
+from pldr_ref.ops import FLOAT64_OPS, Ops
 from pldr_ref.registry import op_kinds
 
 #: Kinds made of one stage: an allowance above MAX_ALLOWANCE_FRACTION makes them not_applicable
@@ -105,8 +106,9 @@ def error_stats(golden: np.ndarray, run: np.ndarray) -> ErrorStats:
                       float(np.mean(ds)) / math.sqrt(gg / n), float(np.dot(ds, gs)) / gg, n)
 
 
-def storage_outputs(case: Any, dtype: str) -> dict[str, np.ndarray] | None:
-    """The ``dtype`` run of ``case`` by output name (None when the case has no float64 runner).
+def storage_outputs(case: Any, dtype: str, ops: Ops = FLOAT64_OPS) -> dict[str, np.ndarray] | None:
+    """The ``dtype`` run of ``case`` by output name (None when the case has no float64 runner), every stage in the
+    arithmetic ``ops`` (default float64: the naive run).
 
     Op cases: inputs and parameters rounded, the float64 runner, outputs rounded.  Other kinds:
     :func:`pldr_ref.fixtures.baselines.baseline_outputs` (stage-by-stage rounding for model and layer
@@ -121,14 +123,14 @@ def storage_outputs(case: Any, dtype: str) -> dict[str, np.ndarray] | None:
         if case.kind in SINGLE_STAGE_KINDS:
             inputs = {k: round_to(dtype, v) for k, v in case.inputs.items()}
             try:
-                run = RUNNERS[case.kind](case.config, _rounded_params(case.params, dtype), case.args, inputs)
+                run = RUNNERS[case.kind](case.config, _rounded_params(case.params, dtype), case.args, inputs, ops)
             except (FloatingPointError, OverflowError, ValueError):
                 return {}
             return {k: round_to(dtype, v) for k, v in run.items()}
         if case.params is None:
             return None
         try:
-            return baseline_outputs(case.kind, case.params, case.args, case.inputs, PRECISIONS[dtype])
+            return baseline_outputs(case.kind, case.params, case.args, case.inputs, PRECISIONS[dtype], ops)
         except (FloatingPointError, OverflowError, ValueError):
             return {}
 

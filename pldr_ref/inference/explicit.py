@@ -1,15 +1,15 @@
 """The explicit inputs of :func:`pldr_ref.model.forward` that every public entry point running the model takes.
 
-``attention_mask`` [B, T] (HF, 1 = keep), ``position_ids`` [B, T] (HF per-row RoPE positions), ``rope_table``
-(the table of ``rope_table="explicit"``), ``softmax_kernel`` (the float32 softmax of
-``softmax_precision="explicit"``) and ``check_finite_values``: the same keyword-only arguments, with forward's
-meaning, in ``forward``, ``cached_forward``, ``prefill``, ``generate``, ``teacher_forced_logits``, ``cache_gap``,
-every scoring function of :mod:`pldr_ref.inference.scoring` and the padding helpers of
-:mod:`pldr_ref.inference.padding` (``tests/test_api_consistency.py`` checks the list).  An HF-replay config
-(``config.emulate("hf-sdpa", rope_table="explicit")`` with ``position_ids`` and a ``RopeTable``) thus goes through
-each of them.  :class:`ExplicitInputs` bundles them inside an entry point: a call on the first ``t`` tokens
-takes :meth:`ExplicitInputs.prefix`, a call on appended tokens :meth:`ExplicitInputs.extended` (mask 1, each row's
-positions continuing from its last, as :func:`pldr_ref.inference.modes.advance` does).
+``attention_mask`` [B, T] (HF, 1 = keep), ``position_ids`` [B, T] (HF per-row RoPE positions), ``rope_table`` (the
+table of ``rope_table="explicit"``), ``softmax_kernel`` (the float32 softmax of ``softmax_precision="explicit"``),
+``check_finite_values`` and ``ops`` (the arithmetic, :class:`pldr_ref.ops.Ops`; default the float64 reference): the
+same keyword-only arguments, with forward's meaning, in ``forward``, ``cached_forward``, ``prefill``, ``generate``,
+``teacher_forced_logits``, ``cache_gap``, every scoring function of :mod:`pldr_ref.inference.scoring` and the
+padding helpers of :mod:`pldr_ref.inference.padding` (``tests/test_api_consistency.py`` checks the list). An
+HF-replay config (``config.emulate("hf-sdpa", rope_table="explicit")`` with ``position_ids`` and a ``RopeTable``)
+thus goes through each of them. :class:`ExplicitInputs` bundles them inside an entry point: a call on the first
+``t`` tokens takes :meth:`ExplicitInputs.prefix`, a call on appended tokens :meth:`ExplicitInputs.extended` (mask 1,
+each row's positions continuing from its last, as :func:`pldr_ref.inference.modes.advance` does).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.attention import SoftmaxKernel
+from pldr_ref.ops import FLOAT64_OPS, Ops
 from pldr_ref.rope import RopeTable
 
 #: The keyword names every entry point takes (the fields of :class:`ExplicitInputs`).
-EXPLICIT_INPUTS = ("attention_mask", "position_ids", "rope_table", "softmax_kernel", "check_finite_values")
+EXPLICIT_INPUTS = ("attention_mask", "position_ids", "rope_table", "softmax_kernel", "check_finite_values", "ops")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,7 @@ class ExplicitInputs:
     rope_table: RopeTable | None = None
     softmax_kernel: SoftmaxKernel | None = None
     check_finite_values: bool = True
+    ops: Ops = FLOAT64_OPS
 
     def __post_init__(self) -> None:
         for name in ("attention_mask", "position_ids"):

@@ -18,6 +18,7 @@ from pldr_ref.constants import FILTERED_LOGIT
 from pldr_ref.inference.cache import GCache
 from pldr_ref.inference.modes import InferenceMode, advance, prefill, resolve_mode
 from pldr_ref.model import ForwardOutput
+from pldr_ref.ops import FLOAT64_OPS, Ops
 from pldr_ref.params import Params
 from pldr_ref.rope import RopeTable
 
@@ -144,6 +145,7 @@ def generate(
     position_ids: np.ndarray | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> GenerationResult:
     """Autoregressive generation (paper eq. 4.8 loop; spec §8.1): one call per generated token.
 
@@ -156,7 +158,8 @@ def generate(
     position.  ``rope_table`` is the table of ``rope_table="explicit"``, ``softmax_kernel`` the float32 softmax of
     ``softmax_precision="explicit"``.  ``check_finite_values=False`` lets NaN/inf logits through every call
     instead of raising ``FloatingPointError`` (HF eager on left padding returns NaN logits; a NaN row's greedy token
-    is then NumPy's argmax of it).
+    is then NumPy's argmax of it).  ``ops``: the arithmetic of every call (:class:`pldr_ref.ops.Ops`; default
+    float64).
     """
     if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
@@ -165,7 +168,7 @@ def generate(
     rng = make_rng(seed)
     step, state = prefill(params, prompt_ids, m, attention_mask=attention_mask, initial_g_cache=initial_g_cache,
                           rope_table=rope_table, position_ids=position_ids, softmax_kernel=softmax_kernel,
-                          check_finite_values=check_finite_values)
+                          check_finite_values=check_finite_values, ops=ops)
     logits = step.logits[:, -1]
     tokens, all_logits, traces = [], [], [step.output]
     done = np.zeros(logits.shape[0], dtype=bool)

@@ -38,6 +38,7 @@ from pldr_ref.attention import SoftmaxKernel
 from pldr_ref.config import PLDRConfig
 from pldr_ref.inference.cache import GCache, KVCache
 from pldr_ref.inference.step import CACHED_MASKS, StepOutput, cached_forward
+from pldr_ref.ops import FLOAT64_OPS, Ops
 from pldr_ref.params import Params, with_fixed_g
 from pldr_ref.resources import TRAINED_G_LM_FILE
 from pldr_ref.rope import RopeTable
@@ -222,7 +223,8 @@ class DecodeState:
     kv_cache / g_cache: the caches the mode keeps (None when off); rope_table: the explicit RoPE table (or
     None); position_ids [B, T]: the RoPE positions of every token so far when they were given explicitly
     (None: the sequence index, or HF generate's positions in mode ``hf-generate-<version>``); softmax_kernel: the
-    explicit float32 softmax (or None); check_finite_values: whether every call raises on NaN/inf.
+    explicit float32 softmax (or None); check_finite_values: whether every call raises on NaN/inf; ops: the
+    arithmetic of every call (:class:`pldr_ref.ops.Ops`).
     """
 
     ids: np.ndarray
@@ -233,6 +235,7 @@ class DecodeState:
     position_ids: np.ndarray | None = None
     softmax_kernel: SoftmaxKernel | None = None
     check_finite_values: bool = True
+    ops: Ops = FLOAT64_OPS
 
 
 def prefill(
@@ -246,6 +249,7 @@ def prefill(
     position_ids: np.ndarray | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> tuple[StepOutput, DecodeState]:
     """The prompt pass: full causal forward of the prompt; caches are filled as ``mode`` says.
 
@@ -254,7 +258,8 @@ def prefill(
     ``position_ids`` [B, T]: explicit per-row RoPE positions of the prompt; later tokens of a row continue
     from its last position (+1 per token).  ``rope_table`` / ``softmax_kernel``: the inputs of the
     ``"explicit"`` switch values.  ``check_finite_values=False`` returns NaN/inf logits instead of raising
-    ``FloatingPointError`` (HF eager's NaN rows on left padding), here and in every :func:`advance` of the state.
+    ``FloatingPointError`` (HF eager's NaN rows on left padding), here and in every :func:`advance` of the state;
+    ``ops`` (the arithmetic, default float64) likewise.
     """
     m = resolve_mode(mode)
     if (m.g_cache or initial_g_cache is not None) and params.config.gram_mode == "cumulative":
@@ -263,7 +268,7 @@ def prefill(
     step = cached_forward(
         params, ids, g_cache=initial_g_cache, attention_mask=attention_mask, pad_masking=m.pad_from_token,
         position_ids=_mode_positions(m, attention_mask, ids.shape[1]) if position_ids is None else position_ids,
-        rope_table=rope_table, softmax_kernel=softmax_kernel, check_finite_values=check_finite_values,
+        rope_table=rope_table, softmax_kernel=softmax_kernel, check_finite_values=check_finite_values, ops=ops,
     )
     g = initial_g_cache
     if g is None and m.g_cache:
@@ -272,7 +277,7 @@ def prefill(
     mask = None if attention_mask is None else np.asarray(attention_mask)
     pos = None if position_ids is None else np.asarray(step.output.positions)
     return step, DecodeState(ids.astype(np.int64), mask, kv, g, rope_table, pos, softmax_kernel,
-                             check_finite_values)
+                             check_finite_values, ops)
 
 
 def _continued_positions(state: DecodeState, num_new: int) -> np.ndarray | None:
@@ -316,7 +321,8 @@ def advance(
         add = np.ones(new.shape, dtype=np.int64) if new_attention_mask is None else np.asarray(new_attention_mask)
         mask = np.concatenate([old.astype(np.int64), add.astype(np.int64)], axis=1)
     finite = state.check_finite_values if check_finite_values is None else bool(check_finite_values)
-    explicit = dict(rope_table=state.rope_table, softmax_kernel=state.softmax_kernel, check_finite_values=finite)
+    explicit = dict(rope_table=state.rope_table, softmax_kernel=state.softmax_kernel, check_finite_values=finite,
+                    ops=state.ops)
     more = _continued_positions(state, new.shape[1])
     positions = None if more is None else np.concatenate([state.position_ids, more], axis=1)
     if m.kv_cache:
@@ -337,7 +343,7 @@ def advance(
         logits = step.logits[:, -new.shape[1]:]
         kv = None
     return logits, step, DecodeState(ids, mask, kv, state.g_cache, state.rope_table, positions, state.softmax_kernel,
-                                     finite)
+                                     finite, state.ops)
 
 
 # ----------------------------------------------------------------------------- external G
@@ -424,17 +430,19 @@ def teacher_forced_logits(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> np.ndarray:
     """Final-row logits [B, n, V] of the decoding loop of ``mode`` forced through ``continuation`` [B, n]:
     row j is the conditional after prompt + continuation[:, :j] (one token per call, as native decoding).
     ``attention_mask`` / ``position_ids`` are the prompt's (:func:`prefill`; the continuation's tokens are kept
-    and continue each row's positions); ``rope_table``, ``softmax_kernel``, ``check_finite_values`` as forward's."""
+    and continue each row's positions); ``rope_table``, ``softmax_kernel``, ``check_finite_values``, ``ops`` as
+    forward's."""
     cont = np.asarray(continuation)
     if cont.ndim != 2 or cont.shape[0] != np.shape(prompt_ids)[0] or cont.shape[1] == 0:
         raise ValueError(f"continuation must be [B, n>=1] with the prompt's B, got shape {cont.shape}")
     step, state = prefill(params, prompt_ids, mode, attention_mask=attention_mask, position_ids=position_ids,
                           rope_table=rope_table, softmax_kernel=softmax_kernel,
-                          check_finite_values=check_finite_values)
+                          check_finite_values=check_finite_values, ops=ops)
     rows = [step.logits[:, -1]]
     for j in range(cont.shape[1] - 1):  # sequential: each call appends one token
         logits, _, state = advance(params, state, cont[:, j : j + 1], mode)
@@ -453,12 +461,13 @@ def cache_gap(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> float:
     """Relative logit gap max|cached - recomputed| / max|recomputed| between ``mode`` and full prefix
     recomputation (native ``"none"``) on the same forced continuation (Proposition 5.2(i) measured); the explicit
     inputs as :func:`teacher_forced_logits` takes them, for both runs."""
     explicit = dict(attention_mask=attention_mask, position_ids=position_ids, rope_table=rope_table,
-                    softmax_kernel=softmax_kernel, check_finite_values=check_finite_values)
+                    softmax_kernel=softmax_kernel, check_finite_values=check_finite_values, ops=ops)
     cached = teacher_forced_logits(params, prompt_ids, continuation, mode, **explicit)
     full = teacher_forced_logits(params, prompt_ids, continuation, "none", **explicit)
     gap = float(np.max(np.abs(cached - full)))

@@ -16,6 +16,7 @@ from pldr_ref.attention import SoftmaxKernel
 from pldr_ref.constants import PAD_ID
 from pldr_ref.inference.explicit import ExplicitInputs
 from pldr_ref.model import forward
+from pldr_ref.ops import FLOAT64_OPS, Ops
 from pldr_ref.params import Params
 from pldr_ref.rope import RopeTable
 
@@ -53,13 +54,14 @@ def final_real_row_effect(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> PaddingEffect:
     """Compare the unpadded call's final row with row S-1 of the right-padded call (padding masked by
     an attention mask, so only the Gram sees it).  Zero exactly when padding has no effect.  The explicit
     inputs are the unpadded ids'; the appended pads get mask 0 and continue each row's positions."""
     ids = np.asarray(token_ids)
     padded, mask = append_right_padding(ids, pad_tokens)
-    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values, ops)
     x.check_length(ids.shape[1])
     xp = x.extended(padded.shape[1] - ids.shape[1], mask_value=0)
     if xp.attention_mask is None:
@@ -108,11 +110,12 @@ def stripped_logits(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> list[np.ndarray]:
     """Logits [n_b, V] of each row scored as its own unpadded call (the deployed S = t interface); the explicit
     inputs are the padded batch's (each row takes its real tokens' positions)."""
     ids = np.asarray(token_ids)
-    x = ExplicitInputs(None, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x = ExplicitInputs(None, position_ids, rope_table, softmax_kernel, check_finite_values, ops)
     x.check_length(ids.shape[1])
     rows = strip_right_padding(ids, attention_mask, pad_id)
     # one call per row: rows of different lengths cannot share a call without padding the Gram

@@ -27,6 +27,7 @@ from pldr_ref.inference.explicit import ExplicitInputs
 from pldr_ref.inference.generation import GenerationResult, SamplingConfig, generate, log_softmax
 from pldr_ref.inference.modes import InferenceMode, teacher_forced_logits
 from pldr_ref.model import forward
+from pldr_ref.ops import FLOAT64_OPS, Ops
 from pldr_ref.params import Params
 from pldr_ref.rope import RopeTable
 
@@ -103,13 +104,14 @@ def blockwise_cross_entropy(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> TokenScores:
     """Semantics 1 (native): one call on tar_inp = seq[:, :-1], CE against tar_real = seq[:, 1:], pad id masked.
 
     ``.mean`` is the native loss; ``.total`` the summed NLL comparable with :func:`sequential_nll`.
     """
     ids = _as_batch(token_ids)
-    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values, ops)
     x.check_length(ids.shape[1])
     out = forward(params, ids[:, :-1], **x.prefix(ids.shape[1] - 1).forward_kwargs())
     return masked_cross_entropy(out.logits, ids[:, 1:], pad_id)
@@ -125,11 +127,12 @@ def hf_blockwise_cross_entropy(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> TokenScores:
     """Semantics 1 (HF variant): one call on ``input_ids`` (padding from ``attention_mask`` only, not id 0),
     loss over labels shifted internally, -100 ignored."""
     ids = _as_batch(input_ids)
-    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values, ops)
     x.check_length(ids.shape[1])
     out = forward(params, ids, pad_masking=False, **x.forward_kwargs())
     return hf_causal_lm_loss(out.logits, labels)
@@ -145,12 +148,13 @@ def prefix_final_row_logits(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> np.ndarray:
     """Logits [B, T-start+1, V]: row j is the final row of the prefix call on x_{0 : start+j} (paper eq. 4.8)."""
     ids = _as_batch(token_ids, min_len=1)
     if not 1 <= start <= ids.shape[1]:
         raise ValueError(f"start={start} must be in [1, {ids.shape[1]}]")
-    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values, ops)
     x.check_length(ids.shape[1])
     # one call per prefix is the definition of this semantics: the calls see different inputs
     rows = [forward(params, ids[:, :t], **x.prefix(t).forward_kwargs()).logits[:, -1]
@@ -168,11 +172,12 @@ def sequential_nll(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> TokenScores:
     """Semantics 2: nll[b, t] = -log p(x_{t+1} | x_{0:t}) from the final row of the prefix call on x_{0:t},
     t = 0..T-2; targets equal to ``pad_id`` are not counted (the blockwise mask)."""
     ids = _as_batch(token_ids)
-    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values, ops)
     x.check_length(ids.shape[1])
     logits = prefix_final_row_logits(params, ids[:, :-1], **x.prefix(ids.shape[1] - 1).forward_kwargs())
     return masked_cross_entropy(logits, ids[:, 1:], pad_id)
@@ -203,6 +208,7 @@ def one_pass_block_scores(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> np.ndarray:
     """Semantics 3: for each candidate c, one call on context + c; score = sum_j log p(c_j | row n+j-1).
 
@@ -210,7 +216,7 @@ def one_pass_block_scores(
     Candidates are scored in separate calls because padding them to one batch would change the
     global Gram (paper §4.5, padding at the Gram boundary).
     """
-    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values, ops)
     ctx = _context(context, x)
     scores = []
     for c in _candidate_list(candidates):  # ragged lengths: one unpadded call each
@@ -230,9 +236,10 @@ def sequential_candidate_scores(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> np.ndarray:
     """Chain-rule scores of candidates: sum_j log p(c_j | context + c_{<j}) by final-row prefix calls."""
-    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values, ops)
     ctx = _context(context, x)
     scores = []
     for c in _candidate_list(candidates):  # ragged lengths: one set of prefix calls each
@@ -257,10 +264,11 @@ def sequential_generation(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> GenerationResult:
     """Semantics 4: the deployed online loop (eq. 4.8): every step is a fresh call on the known prefix
     (native mode ``"none"``, everything recomputed)."""
-    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values, ops)
     return generate(
         params, _as_batch(prompt_ids, 1), max_new_tokens, mode="none", sampling=sampling, seed=seed,
         eos_id=eos_id, return_traces=return_traces, **x.forward_kwargs(),
@@ -278,6 +286,7 @@ def prompt_frozen_scores(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> np.ndarray:
     """Semantics 5: teacher-forced log p(y_j | prompt, y_{<j}) with the caches frozen at the prompt pass.
 
@@ -285,7 +294,7 @@ def prompt_frozen_scores(
     native cached step does.  Returns log-probabilities [B, n].
     """
     cont = _as_batch(continuation, 1)
-    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values, ops)
     lp = log_softmax(teacher_forced_logits(params, _as_batch(prompt_ids, 1), cont, mode, **x.forward_kwargs()))
     return np.take_along_axis(lp, cont[..., None], axis=-1)[..., 0]
 
@@ -316,10 +325,11 @@ def scoring_gap(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> ScoringGap:
     """Measure blockwise cross-entropy against sequential NLL on ``token_ids`` [B, T] (paper §4.5, App. D)."""
     ids = _as_batch(token_ids)
-    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values, ops)
     x.check_length(ids.shape[1])
     head = x.prefix(ids.shape[1] - 1).forward_kwargs()
     block_logits = forward(params, ids[:, :-1], **head).logits
@@ -340,11 +350,12 @@ def prefix_consistency_gap(
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
     check_finite_values: bool = True,
+    ops: Ops = FLOAT64_OPS,
 ) -> float:
     """Violation of historical-row prefix consistency (paper Definition 4.8, eq. 4.14) on ``token_ids``:
     max_r |F(x)[r] - F(x_{0:r})[r]| / max |F(x_{0:r})[r]| over every row r of the logits (0 iff consistent)."""
     ids = _as_batch(token_ids, min_len=1)
-    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values)
+    x = ExplicitInputs(attention_mask, position_ids, rope_table, softmax_kernel, check_finite_values, ops)
     x.check_length(ids.shape[1])
     block = forward(params, ids, **x.forward_kwargs()).logits
     seq = prefix_final_row_logits(params, ids, **x.forward_kwargs())

@@ -32,6 +32,7 @@ from pldr_ref.model import (
     resolve_pad_masking,
     validate_position_ids,
 )
+from pldr_ref.ops import FLOAT64_OPS, Ops
 from pldr_ref.params import Params
 from pldr_ref.rope import RopeTable
 
@@ -96,6 +97,7 @@ def cached_forward(
     position_ids: np.ndarray | None = None,
     rope_table: RopeTable | None = None,
     softmax_kernel: SoftmaxKernel | None = None,
+    ops: Ops = FLOAT64_OPS,
 ) -> StepOutput:
     """Forward of S new tokens [B, S] given the caches of the T0 earlier ones (spec §8; paper §4.4).
 
@@ -105,7 +107,8 @@ def cached_forward(
     remembered in the returned KV cache for later causal cached masks (``pad_masking`` None: the config's
     ``pad_source``).  ``position_ids`` [B, S] (HF) are the RoPE positions of the new rows; the mask and the
     cache bookkeeping keep the sequence index T0..T0+S-1 (HF ``cache_position``).  ``rope_table`` and
-    ``softmax_kernel`` are the inputs of the ``"explicit"`` switch values (:func:`pldr_ref.model.forward`).
+    ``softmax_kernel`` are the inputs of the ``"explicit"`` switch values (:func:`pldr_ref.model.forward`); ``ops``
+    the arithmetic of every stage (:class:`pldr_ref.ops.Ops`; default float64).
     """
     if not isinstance(params, Params):
         raise TypeError(f"params must be a pldr_ref.Params, got {type(params).__name__}")
@@ -138,7 +141,7 @@ def cached_forward(
 
     run = depth_pass(params, ids, positions=rope_positions, mask=mask, layer_inputs=layer_inputs,
                      layer_hook=layer_finite_check if check_finite_values else None, rope_table=rope_table,
-                     softmax_kernel=softmax_kernel)
+                     softmax_kernel=softmax_kernel, ops=ops)
     if check_finite_values:
         check_finite("logits", run.logits)
     out = ForwardOutput(c, rope_positions, run.embed, run.x0, run.layers, run.logits)
