@@ -162,7 +162,7 @@ def measure_v510_suite(workdir: Path, calibrate: tuple[str, ...] = (), only: tup
 @contextlib.contextmanager
 def _member_seconds():
     """Seconds spent in each calibration member's runs inside the block (by member name)."""
-    from pldr_ref.harness import arithmetic, ensemble
+    from pldr_ref.harness.policy import arithmetic, ensemble
 
     seconds: dict[str, float] = {}
     naive = next(m.name for m in ensemble.ENSEMBLE if not m.internal)  # its ops are the float64 reference's

@@ -193,8 +193,8 @@ class PLDRConfig:
         switch of the switch table only where it differs from its default (:meth:`non_default_switches`).
 
         Every stored or hashed form of a config is this one -- a golden ``case.json``, the calibration digest
-        (:func:`pldr_ref.harness.ensemble.case_digest`), a profile suite's cache key, an ONNX file's metadata -- so
-        a switch added at its default leaves them byte-identical (``docs/adding_a_switch.md``);
+        (:func:`pldr_ref.harness.policy.ensemble.case_digest`), a profile suite's cache key, an ONNX file's metadata --
+        so a switch added at its default leaves them byte-identical (``docs/adding_a_switch.md``);
         :meth:`from_dict` fills the defaults back."""
         changed = self.non_default_switches()
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in _CHOICES or k in changed}

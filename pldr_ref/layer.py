@@ -7,7 +7,7 @@ stage cannot drift (``tests/test_stage_registry_run.py``).  A body's parameters 
 ``lp`` (this layer's parameters), ``config``, ``ops`` (the arithmetic) and the trace names of its inputs.  The
 bodies compute with the primitives of ``ops`` (:class:`pldr_ref.ops.Ops`: ``ops.linear``, ``ops.glu``, ...; default
 the float64 reference :data:`pldr_ref.ops.FLOAT64_OPS`, a calibration member's
-:class:`pldr_ref.harness.arithmetic.EmulatedOps` otherwise), and every LayerNorm through
+:class:`pldr_ref.harness.policy.arithmetic.EmulatedOps` otherwise), and every LayerNorm through
 :func:`pldr_ref.norms.configured_layer_norm` (the one place that reads LayerNorm's options from the config).
 """
 

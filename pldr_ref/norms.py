@@ -37,7 +37,7 @@ def configured_layer_norm(x: np.ndarray, norm: NormParams, config: PLDRConfig, o
     """LN(x) with gamma, beta = ``norm`` and every LayerNorm option ``config`` sets (eps = ``config.eps_ln``).
 
     Shapes: x [..., n] -> [..., n].  It calls ``ops.layer_norm`` (:class:`pldr_ref.ops.Ops`; None: this module's
-    :func:`layer_norm`), which an emulated arithmetic (:class:`pldr_ref.harness.arithmetic.EmulatedOps`) provides
+    :func:`layer_norm`), which an emulated arithmetic (:class:`pldr_ref.harness.policy.arithmetic.EmulatedOps`) provides
     for itself; an option that pins LayerNorm's arithmetic (a released code's own precision) is a function of its
     own chosen here, which an emulation leaves as it is.
     """

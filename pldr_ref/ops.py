@@ -7,7 +7,7 @@ operators, the PLGA tensors, the attention scores, the softmax (attention weight
 table and rotation.  The default, :data:`FLOAT64_OPS`, is the float64 reference: the public functions of
 :mod:`pldr_ref.linear_map`, :mod:`pldr_ref.glu`, :mod:`pldr_ref.norms`, :mod:`pldr_ref.activations`,
 :mod:`pldr_ref.density`, :mod:`pldr_ref.plga`, :mod:`pldr_ref.attention` and :mod:`pldr_ref.rope`.  The
-calibration's emulated low-precision arithmetic (:class:`pldr_ref.harness.arithmetic.EmulatedOps`) is a subclass
+calibration's emulated low-precision arithmetic (:class:`pldr_ref.harness.policy.arithmetic.EmulatedOps`) is a subclass
 overriding every primitive; it is handed to the same code, never swapped into a module (no module attribute is
 reassigned at run time: ``tests/test_no_module_patching.py``).
 

@@ -6,8 +6,8 @@ ten-minute run does not fail then:
 * the place must be writable: its folder exists, is not read-only or full (a probe write, :data:`PROBE_BYTES`);
 * nothing is written inside the committed ``golden/`` suite (``golden verify`` would then fail) except by
   ``golden build --out golden --overwrite``, nor inside the installed package folder ``pldr_ref/`` (its data,
-  e.g. ``harness/calibration.json``) except by a writer given an explicit flag for it (the calibration writer's
-  ``--out`` default, see :mod:`pldr_ref.harness.calibration`);
+  e.g. ``harness/policy/calibration.json``) except by a writer given an explicit flag for it (the calibration writer's
+  ``--out`` default, see :mod:`pldr_ref.harness.policy.calibration`);
 * no output is an input of the same command or another output (symlinks and hard links resolved:
   ``validate --onnx M.onnx --out M.onnx``, ``--out F --junit F``), and no output file lies inside a folder
   the command reads (``--out S/MANIFEST.json --suite-dir S``).

@@ -8,20 +8,20 @@ and exact runner (:mod:`pldr_ref.fixtures.exact_tier`, :mod:`pldr_ref.exact.op_a
 
 Every other table derives from here: ``FORWARD_STAGES`` / ``STRUCTURE_STAGES`` / ``OP_FUNCTIONS`` and
 :func:`stage_of_output` (used by ``docs/equations.md``, the fixture coverage and stage localisation),
-``pldr_ref.harness.localize.STAGE_INPUTS``, the torch backend's ``STAGE_NAMES``, ``OP_KINDS`` and ``SCORING_KINDS``,
-``pldr_ref.harness.tolerance.SINGLE_STAGE_KINDS``, the float64 runner table ``pldr_ref.fixtures.runners.RUNNERS`` (by
-runner name) and the exact-tier table ``pldr_ref.fixtures.exact_tier.EXACT_RUNNERS`` (exact op called with the
-registry's inputs and arguments);
+``pldr_ref.harness.verdict.localize.STAGE_INPUTS``, the torch backend's ``STAGE_NAMES``, ``OP_KINDS`` and
+``SCORING_KINDS``, ``pldr_ref.harness.policy.tolerance.SINGLE_STAGE_KINDS``, the float64 runner table
+``pldr_ref.fixtures.runners.RUNNERS`` (by runner name) and the exact-tier table
+``pldr_ref.fixtures.exact_tier.EXACT_RUNNERS`` (exact op called with the registry's inputs and arguments);
 ``exact.op_api.OPS`` is checked against it (``tests/test_harness_registry.py``).  Adding a stage or an op is
 one entry here plus its functions.
 
 The data flow is declared here too, per output (:class:`Output`): its layout, how its rows depend on the layer's
 input rows, the cache input that freezes it in a layer case, the cache entry a cached generation keeps it in, and
 the depth loop's chaining (:data:`DEPTH_LOOP`).  The harness derives its tables from these facts and spells no
-trace name: the stage plan and the frozen / key-axis outputs of :mod:`pldr_ref.harness.localize`, the layouts and
-row dependence of :mod:`pldr_ref.harness.representable`, the caches, Gram chain and model-level chain of
-:mod:`pldr_ref.harness.unresolved_upstream`, the output order of :func:`pldr_ref.harness.validate.trace_sort_key`
-(``tests/test_registry_data_flow.py`` greps them).
+trace name: the stage plan and the frozen / key-axis outputs of :mod:`pldr_ref.harness.verdict.localize`, the layouts
+and row dependence of :mod:`pldr_ref.harness.verdict.representable`, the caches, Gram chain and model-level chain of
+:mod:`pldr_ref.harness.verdict.unresolved_upstream`, the output order of
+:func:`pldr_ref.harness.validate.trace_sort_key` (``tests/test_registry_data_flow.py`` greps them).
 """
 
 from __future__ import annotations

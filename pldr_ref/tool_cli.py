@@ -1,5 +1,5 @@
-"""The command-line conventions shared by ``pldr-ref`` and the module tools (``python -m pldr_ref.harness.battery``,
-``verdict_power``, ``figures``, ``engine_report``, ``calibration``).
+"""The command-line conventions shared by ``pldr-ref`` and the module tools (``python -m
+pldr_ref.harness.controls.battery``, ``verdict_power``, ``figures``, ``engine_report``, ``calibration``).
 
 * Bad input -- a bad flag value, an unreadable input, an output path refused by :mod:`pldr_ref.output_paths`, a
   malformed environment variable (:mod:`pldr_ref.env_vars`) -- is one ``PROG: error: ...`` line on stderr and exit
@@ -65,7 +65,7 @@ def describe(exc: BaseException) -> str:
 
 def guarded(command: str, body: Callable[[], int]) -> int:
     """Run ``body()`` under the conventions above; returns the exit status.  ``command`` starts every line
-    (``pldr-ref validate``, ``python -m pldr_ref.harness.figures``)."""
+    (``pldr-ref validate``, ``python -m pldr_ref.harness.tools.figures``)."""
     from pldr_ref.env_vars import traceback_requested
 
     try:
@@ -226,8 +226,8 @@ def load_selected_suite(root: Path, names: frozenset[str] | None) -> list:
 
 
 def loaded_store() -> dict:
-    """The calibration store as the harness uses it (:mod:`pldr_ref.harness.ensemble`), loaded now: a tool calls
+    """The calibration store as the harness uses it (:mod:`pldr_ref.harness.policy.ensemble`), loaded now: a tool calls
     this before its run so that a malformed store is one error naming the file, not an error in every case."""
-    from pldr_ref.harness import ensemble
+    from pldr_ref.harness.policy import ensemble
 
     return ensemble._store()

@@ -1,9 +1,9 @@
 """The bitwise check of an engine's one composition (issue 32, item 4): a whole case run by the engine equals, bit
 for bit, the engine's own isolated stages (``run_stage``) chained by hand in the harness's stage order.
 
-:func:`chain_case` walks :func:`pldr_ref.harness.localize.stage_plan` (the stages the harness isolates for the case,
-in forward order) and feeds every stage the engine's *own* upstream outputs -- never a golden value -- except what a
-case gives as an input (``x``, ``positions``, ``mask``, the cache hooks).  The cache glue is written here once,
+:func:`chain_case` walks :func:`pldr_ref.harness.verdict.localize.stage_plan` (the stages the harness isolates for the
+case, in forward order) and feeds every stage the engine's *own* upstream outputs -- never a golden value -- except what
+a case gives as an input (``x``, ``positions``, ``mask``, the cache hooks).  The cache glue is written here once,
 plainly: cached keys and values are prepended to the new rows (``past_k``, ``past_v``), a frozen A / G replaces the
 stages it freezes, and a fixed G (``g_mode`` identity / random / external) is read from the parameters.
 :func:`bitwise_differences` lists every output whose bits differ; the tests assert it is empty and, as the negative
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
-from pldr_ref.harness.localize import stage_plan
 from pldr_ref.harness.protocol import StageRequest
+from pldr_ref.harness.verdict.localize import stage_plan
 from pldr_ref.params import FIXED_G_KEY
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from core_support import model_params, small_config, token_ids
 
 from pldr_ref import layer, model
-from pldr_ref.harness import stage_reference
+from pldr_ref.harness.policy import stage_reference
 from pldr_ref.registry import ALL_STAGES, BODY_ROLES, FORWARD_STAGES, Stage
 
 ROOT = Path(__file__).resolve().parents[1]

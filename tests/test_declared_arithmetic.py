@@ -14,10 +14,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from pldr_ref.harness import ensemble
-from pldr_ref.harness.arithmetic import Arithmetic
-from pldr_ref.harness.battery import BATTERY_ARITHMETIC, EmulatedBackend, declared_arithmetic
-from pldr_ref.harness.ensemble import (
+from pldr_ref.harness.controls.battery import BATTERY_ARITHMETIC, EmulatedBackend, declared_arithmetic
+from pldr_ref.harness.policy import ensemble
+from pldr_ref.harness.policy.arithmetic import Arithmetic
+from pldr_ref.harness.policy.ensemble import (
     ARITHMETIC_KEYS,
     WIDEST,
     arithmetic_key,
@@ -26,9 +26,7 @@ from pldr_ref.harness.ensemble import (
     members,
     robust_stats,
 )
-from pldr_ref.harness.localize import judge
-from pldr_ref.harness.protocol import ARITHMETICS, DEFAULT_ARITHMETIC, SWITCHES, Capabilities, every_value
-from pldr_ref.harness.tolerance import (
+from pldr_ref.harness.policy.tolerance import (
     K_GROSS,
     K_RMS,
     ErrorStats,
@@ -38,6 +36,8 @@ from pldr_ref.harness.tolerance import (
     judged_as,
     output_margins,
 )
+from pldr_ref.harness.protocol import ARITHMETICS, DEFAULT_ARITHMETIC, SWITCHES, Capabilities, every_value
+from pldr_ref.harness.verdict.localize import judge
 
 
 def test_capabilities_validate_the_declared_arithmetic():
@@ -196,7 +196,7 @@ def _dropped_power_mutant():
 
 def _gross_mutants():
     pytest.importorskip("torch")
-    from pldr_ref.harness import mutants
+    from pldr_ref.harness.controls import mutants
 
     return [mutants.SoftmaxAxisMutant(device="cpu"), mutants.MaskOffByOneMutant(device="cpu"),
             _dropped_power_mutant()]
@@ -224,7 +224,7 @@ class _GoldenTrace:
                             switches=every_value(*SWITCHES))
 
     def run_case(self, case, dtype):
-        from pldr_ref.harness.tolerance import round_to
+        from pldr_ref.harness.policy.tolerance import round_to
 
         out = {k: round_to(dtype, v) for k, v in case.outputs.items()}
         name = f"layers.{NOT_JUDGEABLE_LAYER}.E"
@@ -237,7 +237,7 @@ def test_a_gross_error_fails_a_not_judgeable_case_at_its_stage(monkeypatch):
     judge them: the case fails at masked_softmax with the gross-error sentence; the golden trace is not covered there
     (negative control), and without the gross-error bound the wrong one would be not covered too."""
     from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
-    from pldr_ref.harness import tolerance
+    from pldr_ref.harness.policy import tolerance
     from pldr_ref.harness.validate import validate_case
 
     case = load_case(DEFAULT_GOLDEN_DIR / NOT_JUDGEABLE_BF16)

@@ -148,7 +148,7 @@ def test_the_float64_depth_loop_is_written_once() -> None:
             if isinstance(node, ast.Call):
                 f = node.func
                 # the float64 layer by its name or through its module; a torch backend's method
-                # (``self.decoder_layer``, ``super().decoder_layer`` in harness/mutants.py) is another engine
+                # (``self.decoder_layer``, ``super().decoder_layer`` in harness/controls/mutants.py) is another engine
                 direct = isinstance(f, ast.Name) and f.id == "decoder_layer"
                 via_module = (isinstance(f, ast.Attribute) and f.attr == "decoder_layer"
                               and isinstance(f.value, ast.Name) and f.value.id == "layer")

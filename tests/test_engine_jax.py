@@ -17,7 +17,7 @@ require("jax")
 
 from pldr_ref.backends.jax_backend import JaxBackend  # noqa: E402
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, iter_cases, load_case  # noqa: E402
-from pldr_ref.harness.engine_mutants import ENGINE_MUTATIONS, jax_mutant_classes  # noqa: E402
+from pldr_ref.harness.controls.engine_mutants import ENGINE_MUTATIONS, jax_mutant_classes  # noqa: E402
 from pldr_ref.harness.validate import FAILING_STATUSES, validate, validate_case  # noqa: E402
 
 

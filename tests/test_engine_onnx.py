@@ -21,7 +21,7 @@ from pldr_ref.backends.onnx_backend import OnnxExportBackend, OnnxFileBackend  #
 from pldr_ref.cli import main  # noqa: E402
 from pldr_ref.export.onnx_graph import CONFIG_KEY, OPSET  # noqa: E402
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, iter_cases, load_case  # noqa: E402
-from pldr_ref.harness.engine_mutants import ENGINE_MUTATIONS, onnx_mutant  # noqa: E402
+from pldr_ref.harness.controls.engine_mutants import ENGINE_MUTATIONS, onnx_mutant  # noqa: E402
 from pldr_ref.harness.protocol import Unsupported  # noqa: E402
 from pldr_ref.harness.validate import FAILING_STATUSES, validate, validate_case  # noqa: E402
 

@@ -160,7 +160,7 @@ def _arb_engine() -> Engine:
 
 
 def _float64_stage(req: StageRequest) -> dict[str, np.ndarray]:
-    from pldr_ref.harness.stage_reference import reference_stage
+    from pldr_ref.harness.policy.stage_reference import reference_stage
 
     return reference_stage(req.stage, req.layer, req.config, req.params, req.inputs)
 
@@ -289,7 +289,7 @@ def declared_stages(engine: Engine) -> Mapping[str, str]:
 def stage_samples() -> dict[str, tuple[int | None, dict[str, np.ndarray], dict[str, np.ndarray], Any]]:
     """One stage request per registry stage: the stage plan of the forward op's larger sample (every stage is
     in it), upstream values and golden outputs from the float64 engine."""
-    from pldr_ref.harness.localize import stage_plan
+    from pldr_ref.harness.verdict.localize import stage_plan
 
     sample = registry.OPS_BY_NAME["forward"].sample_cases()[-1]
     case = dataclasses.replace(sample_case("forward", sample), outputs=float64_outputs("forward", sample))

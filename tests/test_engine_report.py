@@ -1,11 +1,11 @@
-"""The engine report (``python -m pldr_ref.harness.engine_report``) names every failing or erroring case and its
+"""The engine report (``python -m pldr_ref.harness.tools.engine_report``) names every failing or erroring case and its
 per-case time limit (issue 19: the report kept no per-case messages, so a timeout could only be guessed at)."""
 
 from __future__ import annotations
 
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
-from pldr_ref.harness import engine_report
-from pldr_ref.harness.verdict_power import ZeroLogits
+from pldr_ref.harness.controls.verdict_power import ZeroLogits
+from pldr_ref.harness.tools import engine_report
 
 
 def _run(**extra):

@@ -27,7 +27,7 @@ require("jax")
 import jax  # noqa: E402
 
 from pldr_ref.backends.jax_backend import STAGE_RUNNERS, JaxBackend, traced_config  # noqa: E402
-from pldr_ref.harness.localize import stage_plan  # noqa: E402
+from pldr_ref.harness.verdict.localize import stage_plan  # noqa: E402
 
 #: ``-m slow``: a fixed G, the cumulative Gram, the v900 metric learner, an additive mask, whole forwards.
 SLOW_CASES = ("layer/tiny_identity_g", "layer/tiny_cumulative_gram", "layer/tiny_v900", "layer/tiny_l1_mask_additive",

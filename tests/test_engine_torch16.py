@@ -10,7 +10,7 @@ from engine_support import require
 require("torch")
 
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case  # noqa: E402
-from pldr_ref.harness.engine_mutants import ENGINE_MUTATIONS  # noqa: E402
+from pldr_ref.harness.controls.engine_mutants import ENGINE_MUTATIONS  # noqa: E402
 from pldr_ref.harness.validate import validate_case  # noqa: E402
 
 TORCH_MUTATIONS = [m for m in ENGINE_MUTATIONS if m.engine == "torch"]

@@ -20,7 +20,7 @@ require("triton")
 from pldr_ref.backends.torch_backend import TorchBackend  # noqa: E402
 from pldr_ref.backends.triton_attention import BLOCK_N_INTERPRETED, TritonAttentionBackend  # noqa: E402
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, iter_cases, load_case  # noqa: E402
-from pldr_ref.harness.engine_mutants import ENGINE_MUTATIONS, triton_mutant  # noqa: E402
+from pldr_ref.harness.controls.engine_mutants import ENGINE_MUTATIONS, triton_mutant  # noqa: E402
 from pldr_ref.harness.validate import FAILING_STATUSES, validate, validate_case  # noqa: E402
 
 #: Small cases covering ideal / additive / finfo_min masks, left padding, a decoder-layer case and G modes.

@@ -115,7 +115,7 @@ def test_trained_like_scales_condition_the_bfloat16_chain():
     from pldr_ref.fixtures.baselines import PRECISIONS, baseline_outputs
     from pldr_ref.fixtures.build import spec_params
     from pldr_ref.fixtures.runners import run_kind
-    from pldr_ref.harness.storage_run import error_stats
+    from pldr_ref.harness.policy.storage_run import error_stats
 
     spec = next(s for s in conditioned_cases() if s.name == "model/conditioned_d64_h2_padded")
 
@@ -160,7 +160,7 @@ class RmsNoiseLogits:
 def test_conditioned_case_is_judgeable_in_bfloat16(name):
     """The bfloat16 logits are judged end to end (not "not covered"), the golden logits rounded to bfloat16 pass
     and logits with Gaussian noise of 15 % of their RMS fail."""
-    from pldr_ref.harness.verdict_power import GoldenLogits
+    from pldr_ref.harness.controls.verdict_power import GoldenLogits
 
     case = _case(name)
     good = validate_case(GoldenLogits(), case, "bfloat16", isolate=False)

@@ -12,7 +12,7 @@ from pldr_ref.config import PLDRConfig
 from pldr_ref.fixtures import baselines, splitmix, weights
 from pldr_ref.fixtures.build import perturbation_signs
 from pldr_ref.fixtures.templates import CONFIG_PARAMS_SEED, Target, all_templates, instantiate
-from pldr_ref.harness.localize import read_only
+from pldr_ref.harness.verdict.localize import read_only
 
 TINY = PLDRConfig.preset("tiny")
 
@@ -151,7 +151,7 @@ def _sum_by_the_definition(a: np.ndarray, b: np.ndarray, arith, dtype: str) -> n
     not, zero-padded tiles, within a tile the first product rounded to the accumulator then acc = RN(acc + p) with
     the exact float64 product, then the tiles' partial sums added in order (float32 additions for a float32
     accumulator, RN(total + part) for a 16-bit one)."""
-    from pldr_ref.harness.arithmetic import round_to_dtype
+    from pldr_ref.harness.policy.arithmetic import round_to_dtype
 
     a = round_to_dtype(a, "tf32" if arith.tf32 and dtype == "float32" else dtype)
     b = round_to_dtype(b, "tf32" if arith.tf32 and dtype == "float32" else dtype)
@@ -186,8 +186,8 @@ def test_the_emulated_sums_are_their_definition(dtype):
     """Every member's matmul (the float32-product fast path, the float64-product path, 16-bit accumulators, tiles,
     reverse order, padding, broadcast batch axes) is the definition computed element by element, bit for bit;
     negative control: the same sums in one pass instead of tiles differ."""
-    from pldr_ref.harness import arithmetic as ar
-    from pldr_ref.harness.ensemble import members
+    from pldr_ref.harness.policy import arithmetic as ar
+    from pldr_ref.harness.policy.ensemble import members
 
     rng = np.random.default_rng(7)
     a = rng.standard_normal((2, 1, 37)) * 10.0 ** rng.integers(-2, 3, (2, 1, 37))
@@ -209,8 +209,8 @@ def test_a_remembered_rounded_weight_gives_the_rounded_product():
     """linear() skips rounding a read-only weight found already rounded (the parameters every member shares): the
     same result as a writable copy, rounded each time; a read-only weight that is not rounded is not remembered
     (negative control: its product is the rounded one, not the float64 one)."""
-    from pldr_ref.harness import arithmetic as ar
-    from pldr_ref.harness.ensemble import members
+    from pldr_ref.harness.policy import arithmetic as ar
+    from pldr_ref.harness.policy.ensemble import members
 
     rng = np.random.default_rng(11)
     x = rng.standard_normal((3, 20))

@@ -1,20 +1,20 @@
 """Acceptance of the low-precision verdicts (issues 11 and 19): logits-only backends on every forward case.
 
-Issue 19 item 3, per dtype (``python -m pldr_ref.harness.verdict_power`` prints the same numbers): at least
+Issue 19 item 3, per dtype (``python -m pldr_ref.harness.controls.verdict_power`` prints the same numbers): at least
 :data:`MIN_JUDGEABLE` forward cases judgeable; the golden logits rounded to the dtype pass every judgeable case;
 all-zero logits and 3 %-noise logits fail at least 90 % of them.  A not-judgeable case is "not covered": never a
 pass, never a failure of the run.  The additive left-padded model case is judged below float64 on its representable
-part (``pldr_ref.harness.representable``)."""
+part (``pldr_ref.harness.verdict.representable``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, iter_cases
+from pldr_ref.harness.controls.verdict_power import GoldenLogits, NoisyLogits, ZeroLogits, measure
 from pldr_ref.harness.protocol import DTYPES
 from pldr_ref.harness.report import passed
 from pldr_ref.harness.validate import FAILING_STATUSES, validate
-from pldr_ref.harness.verdict_power import GoldenLogits, NoisyLogits, ZeroLogits, measure
 
 #: Forward cases that must be judgeable per dtype (issue 19: at least 8 in every dtype).
 MIN_JUDGEABLE = {"float32": 8, "bfloat16": 8, "float16": 8}

@@ -15,8 +15,8 @@ import pytest
 
 from pldr_ref.fixtures.case import Case
 from pldr_ref.fixtures.runners import run_kind
-from pldr_ref.harness import arithmetic as ar
-from pldr_ref.harness import ensemble
+from pldr_ref.harness.policy import arithmetic as ar
+from pldr_ref.harness.policy import ensemble
 from pldr_ref.harness.protocol import Capabilities
 from pldr_ref.harness.validate import validate_case
 

@@ -4,16 +4,16 @@ Default run: a fixed subset -- per dtype one emulated battery backend (a differe
 the tiled online softmax, tiles of 8 with an online softmax over 8 keys) on the layer cases and the long-row kernel
 cases (``model/rows_*``), and torch's own 16-bit matmul kernels on every model, layer and G-mode case but the three
 largest (:data:`LARGE_CASES`, as in ``tests/test_harness_torch_backend.py``).  ``-m slow``: every battery
-backend (``pldr_ref.harness.battery.battery()``) over the whole default suite in float32, bfloat16 and float16
-(also ``python -m pldr_ref.harness.battery``)."""
+backend (``pldr_ref.harness.controls.battery.battery()``) over the whole default suite in float32, bfloat16 and float16
+(also ``python -m pldr_ref.harness.controls.battery``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, iter_cases
-from pldr_ref.harness.battery import BATTERY_ARITHMETIC, BATTERY_DTYPES, EmulatedBackend, battery, run_battery
-from pldr_ref.harness.calibration import ENSEMBLE, TF32_MEMBER
+from pldr_ref.harness.controls.battery import BATTERY_ARITHMETIC, BATTERY_DTYPES, EmulatedBackend, battery, run_battery
+from pldr_ref.harness.policy.calibration import ENSEMBLE, TF32_MEMBER
 from pldr_ref.harness.validate import FAILING_STATUSES
 
 #: Emulated battery backend of the default run, per dtype (index into BATTERY_ARITHMETIC).
@@ -48,7 +48,7 @@ def test_default_subset_of_the_battery_never_fails(all_cases, dtype):
     results = run_battery([EmulatedBackend(BATTERY_ARITHMETIC[DEFAULT_SUBSET[dtype]])], emulated, [dtype])
     if dtype != "float32":
         pytest.importorskip("torch")
-        from pldr_ref.harness.battery import torch_native_matmul_backend
+        from pldr_ref.harness.controls.battery import torch_native_matmul_backend
 
         assert set(LARGE_CASES) <= {c.name for c in cases}
         small = [c for c in cases if c.name not in LARGE_CASES]

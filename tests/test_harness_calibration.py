@@ -9,10 +9,10 @@ import json
 import numpy as np
 
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
-from pldr_ref.harness import arithmetic as ar
-from pldr_ref.harness import calibration, ensemble
-from pldr_ref.harness.calibration import ENSEMBLE, TF32_MEMBER, members, robust_stats, round_up
-from pldr_ref.harness.tolerance import ErrorStats, case_statistics
+from pldr_ref.harness.policy import arithmetic as ar
+from pldr_ref.harness.policy import calibration, ensemble
+from pldr_ref.harness.policy.calibration import ENSEMBLE, TF32_MEMBER, members, robust_stats, round_up
+from pldr_ref.harness.policy.tolerance import ErrorStats, case_statistics
 
 
 def test_ensemble_has_the_required_variety():
@@ -112,7 +112,7 @@ def test_statistic_covers_every_choice_group_not_only_the_majority():
     """Members accumulating in the dtype land 5x from the float32-accumulating majority: the statistic is that
     group's median (a plain median over all members would take the majority's value); one member's outlier
     inside a group does not decide it (issue 19: the whole battery's false positives)."""
-    from pldr_ref.harness.ensemble import MIN_GROUP, choice_groups
+    from pldr_ref.harness.policy.ensemble import MIN_GROUP, choice_groups
 
     ms = members("bfloat16")
     groups = dict(choice_groups("bfloat16"))
@@ -156,8 +156,8 @@ TINY_LAYER_BF16_SHA256 = "d169c6d8ed1c6fd8a5fca4e5ed07b12ed7ba208d5744b2d5814097
 _PRINT_NUMBERS = """
 import json, sys
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
-from pldr_ref.harness import ensemble
-from pldr_ref.harness.tolerance import case_statistics
+from pldr_ref.harness.policy import ensemble
+from pldr_ref.harness.policy.tolerance import case_statistics
 ensemble._STORE = {}
 stats, _ = case_statistics(load_case(DEFAULT_GOLDEN_DIR / "layer/tiny_l1_mask_ideal"), "bfloat16")
 numbers = {k: {key: None if s is None else [s.max_abs, s.rms_rel, s.offset, s.gain] for key, s in v.by_arithmetic}
@@ -211,22 +211,22 @@ def test_float32_register_cast_is_pldr_refs_own_rounding():
 
 
 def test_committed_store_covers_the_suite_and_matches_a_fresh_calibration():
-    """Every committed case below float64 has its statistics in pldr_ref/harness/calibration.json (of this
+    """Every committed case below float64 has its statistics in pldr_ref/harness/policy/calibration.json (of this
     ensemble's fingerprint), and a fresh calibration of one case reproduces them exactly."""
     import json as _json
 
     from pldr_ref.fixtures.case import iter_cases
     from pldr_ref.fixtures.runners import RUNNERS
-    from pldr_ref.harness.tolerance import beyond_float32, inputs_beyond
+    from pldr_ref.harness.policy.tolerance import beyond_float32, inputs_beyond
 
     doc = _json.loads(calibration.CACHE_FILE.read_text(encoding="utf-8"))
-    assert doc["fingerprint"] == calibration.fingerprint(), "stale: python -m pldr_ref.harness.calibration --write"
+    assert doc["fingerprint"] == calibration.fingerprint(), "stale: python -m pldr_ref.harness.policy.calibration --write"
     dtypes = ("float32", "bfloat16", "float16")
     missing = [c.name for c in iter_cases(DEFAULT_GOLDEN_DIR)
                if c.kind in RUNNERS and not beyond_float32(c)
                and set(doc["cases"].get(calibration.case_digest(c), {}))
                != {dt for dt in dtypes if not inputs_beyond(c, dt)}]
-    assert not missing, f"not in the store: {missing[:5]} (python -m pldr_ref.harness.calibration --write)"
+    assert not missing, f"not in the store: {missing[:5]} (python -m pldr_ref.harness.policy.calibration --write)"
     case = load_case(DEFAULT_GOLDEN_DIR / "model/tiny_identity_g_short")
     fresh = _allowance_numbers(case, "float16")
     stored = doc["cases"][calibration.case_digest(case)]["float16"]
@@ -238,7 +238,7 @@ def test_inputs_beyond_the_dtype_range_leave_the_case_not_applicable():
     """op/layer_norm_large_offset's rows of 1e6 overflow float16 (largest 65504): a float16 backend is handed inf
     and its NaN is legitimate, so the case is not applicable in float16 (no allowance, no gross error); in bfloat16
     the same rows are representable and the case keeps its statistics (negative control)."""
-    from pldr_ref.harness.tolerance import case_statistics, inputs_beyond
+    from pldr_ref.harness.policy.tolerance import case_statistics, inputs_beyond
 
     case = load_case(DEFAULT_GOLDEN_DIR / "op/layer_norm_large_offset")
     assert inputs_beyond(case, "float16") == "input 'x'"

@@ -200,7 +200,7 @@ def test_failing_scoring_case_writes_table_json_junit(tmp_path, backends, capsys
 
 
 def _whole_suite_mutant_run(tmp_path, name: str, *extra: str) -> None:
-    code, data, junit = run(tmp_path, "--backend", f"pldr_ref.harness.mutants:{name}", "--quiet", *extra)
+    code, data, junit = run(tmp_path, "--backend", f"pldr_ref.harness.controls.mutants:{name}", "--quiet", *extra)
     assert code == 1, name
     assert data["passed"] is False and data["summary"]["fail"] > 0, name
     assert data["summary"]["total"] == len(data["results"]) and data["results"], name
@@ -221,7 +221,7 @@ def test_whole_suite_cli_run_of_a_mutant_writes_every_report(tmp_path, capsys, m
 @pytest.mark.torch
 def test_whole_suite_cli_runs_of_every_mutant_in_every_dtype(tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
-    from pldr_ref.harness.mutants import MUTATIONS
+    from pldr_ref.harness.controls.mutants import MUTATIONS
 
     monkeypatch.setenv("PLDR_REF_TORCH_THREADS", "1")
     for m in MUTATIONS:

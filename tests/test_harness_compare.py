@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pldr_ref.harness.compare import compare_tensor, numpy_dtype, ordered_int, ulp_distance
+from pldr_ref.harness.verdict.compare import compare_tensor, numpy_dtype, ordered_int, ulp_distance
 
 SHIFTS = (0, 1, 5, 50)
 IEEE = ("float64", "float32", "float16")

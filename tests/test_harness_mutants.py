@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the mutants are variants of the torch backend")
 
-from pldr_ref.harness.mutants import MUTATIONS, TABLE_DTYPES, LogitsOnly, markdown, run_mutations
+from pldr_ref.harness.controls.mutants import MUTATIONS, TABLE_DTYPES, LogitsOnly, markdown, run_mutations
 
 pytestmark = pytest.mark.torch
 
@@ -54,7 +54,7 @@ def test_glue_bug_is_named_as_such(outcomes):
     """RoPE applied to V: every stage passes in isolation; the first diverging output is v and the note says
     the stage is correct in isolation (a glue bug) -- checked on the report of one run."""
     from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
-    from pldr_ref.harness.mutants import RopeOnValuesMutant
+    from pldr_ref.harness.controls.mutants import RopeOnValuesMutant
     from pldr_ref.harness.validate import validate_case
 
     r = validate_case(RopeOnValuesMutant(device="cpu"), load_case(DEFAULT_GOLDEN_DIR / "model/tiny_exact"), "float64")
@@ -77,7 +77,7 @@ def test_mutant_is_flagged_and_localized(outcomes, mutation):
 def test_mask_overflow_mutant_is_invisible_in_float64():
     """The float16 mutant only bites where -1e9 overflows: in float64 it passes (so the dtype matters)."""
     from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
-    from pldr_ref.harness.mutants import Float16MaskOverflowMutant
+    from pldr_ref.harness.controls.mutants import Float16MaskOverflowMutant
     from pldr_ref.harness.validate import validate_case
 
     case = load_case(DEFAULT_GOLDEN_DIR / "layer" / "tiny_l1_mask_additive")
@@ -85,9 +85,10 @@ def test_mask_overflow_mutant_is_invisible_in_float64():
 
 
 def test_mutation_report_is_up_to_date(outcomes):
-    """docs/mutations.md is exactly what `python -m pldr_ref.harness.mutants --markdown docs/mutations.md` writes."""
+    """docs/mutations.md is exactly what `python -m pldr_ref.harness.controls.mutants --markdown docs/mutations.md`
+    writes."""
     text = markdown([outcomes[m.backend.__name__] for m in MUTATIONS])
-    assert DOC.is_file(), f"{DOC} is missing: run python -m pldr_ref.harness.mutants --markdown docs/mutations.md"
+    assert DOC.is_file(), f"{DOC} is missing: run python -m pldr_ref.harness.controls.mutants --markdown docs/mutations.md"
     assert DOC.read_text(encoding="utf-8") == text
 
 
@@ -100,7 +101,7 @@ CACHE_16BIT_STAGES = {"NoScaleMutant": "attention_scores", "TransposedGMutant": 
 
 def _cache_verdicts(case_name, dtype, names):
     from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
-    from pldr_ref.harness import mutants
+    from pldr_ref.harness.controls import mutants
     from pldr_ref.harness.validate import validate_case
 
     case = load_case(DEFAULT_GOLDEN_DIR / case_name)
@@ -133,7 +134,7 @@ def test_bfloat16_cannot_judge_the_tiny_learned_g_cache_chain():
     threshold), so a mutant whose wrong values do not leave even that wide allowance is "not covered" -- never a
     pass.  The conditioned narrow case above judges the same eight mutants at their stages in bfloat16."""
     from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
-    from pldr_ref.harness.tolerance import case_statistics, output_allowance
+    from pldr_ref.harness.policy.tolerance import case_statistics, output_allowance
 
     case = load_case(DEFAULT_GOLDEN_DIR / "cache/tiny_kv_g")
     stats, _ = case_statistics(case, "bfloat16")

@@ -52,7 +52,7 @@ def test_bad_backend_is_a_usage_error(tmp_path):
 @pytest.mark.torch
 def test_failing_backend_fails_with_the_diagnosis(tmp_path):
     pytest.importorskip("torch")
-    r = run_pytest(tmp_path, "--pldr-backend", "pldr_ref.harness.mutants:NoScaleMutant", "--pldr-dtype", "float64",
+    r = run_pytest(tmp_path, "--pldr-backend", "pldr_ref.harness.controls.mutants:NoScaleMutant", "--pldr-dtype", "float64",
                    "--pldr-select", "model/tiny_exact")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "1 failed" in r.stdout and "attention_scores" in r.stdout
@@ -65,7 +65,7 @@ def test_not_judgeable_is_a_visible_skip_never_a_pass(tmp_path):
     (tmp_path / "logits_backends.py").write_text(
         "import numpy as np\n"
         "from pldr_ref.harness.protocol import SWITCHES, Capabilities, every_value\n"
-        "from pldr_ref.harness.tolerance import round_to\n\n\n"
+        "from pldr_ref.harness.policy.tolerance import round_to\n\n\n"
         "class Zero:\n"
         "    name = 'zero'\n\n"
         "    def capabilities(self):\n"

@@ -10,8 +10,7 @@ import pytest
 from pldr_ref.backends.numpy32 import Numpy32Backend
 from pldr_ref.backends.reference import ReferenceBackend
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
-from pldr_ref.harness import tolerance
-from pldr_ref.harness.localize import judge
+from pldr_ref.harness.policy import tolerance
 from pldr_ref.harness.protocol import (
     SWITCHES,
     Capabilities,
@@ -22,6 +21,7 @@ from pldr_ref.harness.protocol import (
     unsupported_reason,
 )
 from pldr_ref.harness.validate import validate, validate_case
+from pldr_ref.harness.verdict.localize import judge
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from pldr_ref import registry
 from pldr_ref.exact.op_api import OPS as EXACT_OPS
 from pldr_ref.fixtures.exact_tier import EXACT_RUNNERS
 from pldr_ref.fixtures.runners import RUNNERS
-from pldr_ref.harness.localize import STAGE_INPUTS
-from pldr_ref.harness.tolerance import SINGLE_STAGE_KINDS
+from pldr_ref.harness.policy.tolerance import SINGLE_STAGE_KINDS
+from pldr_ref.harness.verdict.localize import STAGE_INPUTS
 from pldr_ref.registry import FORWARD_STAGES, OP_FUNCTIONS, STRUCTURE_STAGES
 
 

@@ -105,7 +105,7 @@ def test_unsupported_dtype_is_reported_and_judging_nothing_fails(tmp_path):
 @pytest.mark.torch
 def test_failing_backend_exit_1_with_failure_elements(tmp_path, one_torch_thread):
     rep, xml = tmp_path / "r.json", tmp_path / "r.xml"
-    code = run_cli("--backend", "pldr_ref.harness.mutants:NoScaleMutant", "--dtype", "float64", "-k",
+    code = run_cli("--backend", "pldr_ref.harness.controls.mutants:NoScaleMutant", "--dtype", "float64", "-k",
                    "model/tiny_exact", "--report", str(rep), "--junit", str(xml))
     assert code == 1
     data = json.loads(rep.read_text())

@@ -1,5 +1,5 @@
-"""The representable part of the additive left-padded cases below float64 (pldr_ref.harness.representable): which
-rows are excluded, that they are reported, that a bug in a kept row fails and that nothing else is skipped."""
+"""The representable part of the additive left-padded cases below float64 (pldr_ref.harness.verdict.representable):
+which rows are excluded, that they are reported, that a bug in a kept row fails and that nothing else is skipped."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, iter_cases
+from pldr_ref.harness.policy.tolerance import round_to
 from pldr_ref.harness.protocol import DTYPES, SWITCHES, Capabilities, every_value
-from pldr_ref.harness.representable import _layer_taint, fully_masked_rows, representable_part
-from pldr_ref.harness.tolerance import round_to
 from pldr_ref.harness.validate import validate
+from pldr_ref.harness.verdict.representable import _layer_taint, fully_masked_rows, representable_part
 
 
 @pytest.fixture(scope="module")

@@ -31,10 +31,10 @@ from pldr_ref.backends.onnx_backend import ort_input_value, ort_output_array  # 
 from pldr_ref.backends.onnx_loading import ModelFileError, read_model  # noqa: E402
 from pldr_ref.cli import main  # noqa: E402
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case  # noqa: E402
-from pldr_ref.harness.localize import judge  # noqa: E402
+from pldr_ref.harness.policy.tolerance import RULE_NOT_JUDGEABLE, Allowance  # noqa: E402
 from pldr_ref.harness.protocol import SWITCHES, Capabilities, every_value  # noqa: E402
-from pldr_ref.harness.tolerance import RULE_NOT_JUDGEABLE, Allowance  # noqa: E402
 from pldr_ref.harness.validate import validate_case  # noqa: E402
+from pldr_ref.harness.verdict.localize import judge  # noqa: E402
 from pldr_ref.memory_budget import MemoryBudgetError  # noqa: E402
 
 TINY = "model/tiny_exact"

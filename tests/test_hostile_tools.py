@@ -15,16 +15,9 @@ from hostile_support import REF, make_suite, one_error_line, run_main, tree_stat
 
 from pldr_ref.cli import main as pldr_ref_main
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR
-from pldr_ref.harness import (
-    battery,
-    calibration,
-    calibration_store,
-    engine_report,
-    ensemble,
-    figures,
-    mutants,
-    verdict_power,
-)
+from pldr_ref.harness.controls import battery, mutants, verdict_power
+from pldr_ref.harness.policy import calibration, calibration_store, ensemble
+from pldr_ref.harness.tools import engine_report, figures
 from pldr_ref.tool_cli import MAX_SECONDS
 
 GOLDEN = str(DEFAULT_GOLDEN_DIR)
@@ -130,7 +123,7 @@ def test_tool_ctrl_c_is_one_line_and_130(tiny: Path, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(verdict_power, "measure", interrupted)
     code, _, err = run_main(verdict_power.main, ["--suite-dir", tiny], capsys)
-    assert code == 130 and err.strip() == "python -m pldr_ref.harness.verdict_power: interrupted"
+    assert code == 130 and err.strip() == "python -m pldr_ref.harness.controls.verdict_power: interrupted"
 
 
 def test_tool_traceback_only_on_request(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pldr_ref
-from pldr_ref.harness.arithmetic import Arithmetic, EmulatedOps, arithmetic_ops
+from pldr_ref.harness.policy.arithmetic import Arithmetic, EmulatedOps, arithmetic_ops
 from pldr_ref.ops import FLOAT64_OPS, PRIMITIVES, Ops
 
 PACKAGE = Path(pldr_ref.__file__).parent

@@ -263,8 +263,9 @@ def test_calibration_runs_without_the_per_case_limit_and_never_leaves_a_silent_g
     default 600 s had no statistics), and a case whose validation still errs is an error naming it, not a gap."""
     import types
 
-    from pldr_ref.harness import ensemble, profile_suites, suite_loading
+    from pldr_ref.harness import profile_suites, suite_loading
     from pldr_ref.harness import validate as validate_module
+    from pldr_ref.harness.policy import ensemble
 
     seen: list = []
 

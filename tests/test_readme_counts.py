@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pldr_ref.harness.mutants import MUTATIONS
-from pldr_ref.harness.switch_mutants import SWITCH_MUTATIONS
+from pldr_ref.harness.controls.mutants import MUTATIONS
+from pldr_ref.harness.controls.switch_mutants import SWITCH_MUTATIONS
 from proofs_check.catalog import LEAN_FILES
 from proofs_check.mutants import MUTANTS
 

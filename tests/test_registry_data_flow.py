@@ -12,7 +12,8 @@ import pytest
 
 from pldr_ref import registry
 from pldr_ref.config import PLDRConfig
-from pldr_ref.harness import localize, representable, unresolved_upstream, validate
+from pldr_ref.harness import validate
+from pldr_ref.harness.verdict import localize, representable, unresolved_upstream
 from pldr_ref.registry import GRAM, ROW, ROWS_OWN, CacheUse, Output, Stage, check_declared
 
 ROOT = Path(__file__).resolve().parents[1]

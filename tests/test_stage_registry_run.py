@@ -12,8 +12,8 @@ from core_support import model_params, small_config, token_ids
 
 from pldr_ref import layer
 from pldr_ref.attention import causal_padding_mask
-from pldr_ref.harness import arithmetic as ar
-from pldr_ref.harness.stage_reference import reference_stage
+from pldr_ref.harness.policy import arithmetic as ar
+from pldr_ref.harness.policy.stage_reference import reference_stage
 from pldr_ref.layer import decoder_layer
 from pldr_ref.model import forward, sequence_mask
 from pldr_ref.ops import FLOAT64_OPS, PRIMITIVES, Ops

@@ -1,6 +1,6 @@
 """A switch added at its default leaves the committed ``golden/`` and calibration store byte-identical (issue 32, item
 3): ``case.json`` and the calibration digest hold a switch only at a non-default value (``PLDRConfig.to_dict``,
-:func:`pldr_ref.harness.ensemble.config_text`).
+:func:`pldr_ref.harness.policy.ensemble.config_text`).
 
 The probe runs in a fresh process with one extra switch added the way ``docs/adding_a_switch.md`` says -- a record
 appended to ``SWITCHES`` in ``pldr_ref/switches.py`` and a field line in ``PLDRConfig`` -- by loading those two
@@ -79,7 +79,7 @@ from pldr_ref.fixtures.build import compute_case
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
 from pldr_ref.fixtures.format import canonical_json
 from pldr_ref.fixtures.suite import build_suite
-from pldr_ref.harness.ensemble import case_digest
+from pldr_ref.harness.policy.ensemble import case_digest
 
 assert ("trial_extra_switch" in {f.name for f in dataclasses.fields(PLDRConfig)}) == (mode != "plain")
 specs = {s.name: s for s in build_suite("default")} if any(how == "build" for how in names.values()) else {}
@@ -122,7 +122,7 @@ def _probe(names: dict[str, str]) -> dict:
 def _committed() -> tuple[dict, set[str]]:
     """(case -> the MANIFEST's case.json hash, the case digests of calibration.json)."""
     from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR
-    from pldr_ref.harness.ensemble import CACHE_FILE
+    from pldr_ref.harness.policy.ensemble import CACHE_FILE
 
     manifest = json.loads((DEFAULT_GOLDEN_DIR / "MANIFEST.json").read_text(encoding="utf-8"))
     store = json.loads(CACHE_FILE.read_text(encoding="utf-8"))
@@ -139,7 +139,7 @@ def _check(got: dict, hashes: dict, store: set[str]) -> None:
 
 def test_a_config_is_stored_and_hashed_with_its_non_default_switches_only() -> None:
     from pldr_ref.config import PLDRConfig
-    from pldr_ref.harness.ensemble import config_text
+    from pldr_ref.harness.policy.ensemble import config_text
     from pldr_ref.switches import names
 
     tiny = PLDRConfig.preset("tiny")

@@ -13,14 +13,14 @@ import pytest
 
 from pldr_ref import attention, norms, rope
 from pldr_ref.config import PLDRConfig
-from pldr_ref.harness.arithmetic import Arithmetic, EmulatedOps, refuse_options
+from pldr_ref.harness.policy.arithmetic import Arithmetic, EmulatedOps, refuse_options
 from pldr_ref.params import NormParams
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The float64 engine's modules that run the model (forward, cached forward, baselines, diagnostics, stages).
 FORWARD_MODULES = ("pldr_ref/layer.py", "pldr_ref/model.py", "pldr_ref/metric_learner.py",
                    "pldr_ref/fixtures/baselines.py", "pldr_ref/diagnostics/run.py",
-                   "pldr_ref/harness/stage_reference.py", *sorted(
+                   "pldr_ref/harness/policy/stage_reference.py", *sorted(
                        str(p.relative_to(ROOT)) for p in (ROOT / "pldr_ref" / "inference").glob("*.py")))
 #: module -> the primitive whose options a configured wrapper maps from the config.
 RAW = {"norms": "layer_norm", "rope": "apply_rope", "attention": "masked_attention_weights"}

@@ -207,7 +207,7 @@ from pldr_ref.exact.arb.model import ARB_SWITCH_VALUES
 from pldr_ref.fixtures.suite import build_suite
 from pldr_ref.fixtures.suite_switches import TABLE_TAG
 from pldr_ref.harness.protocol import unsupported_reason
-from pldr_ref.harness.switch_mutants import table_mutations
+from pldr_ref.harness.controls.switch_mutants import table_mutations
 from pldr_ref.params import init_params
 
 
@@ -276,7 +276,7 @@ def test_without_the_extra_value_the_same_probe_is_refused() -> None:
 # ----------------------------------------------------------------------------- no literal value lists
 #: Literal collections that equal a switch's value set by coincidence, each with the reason.
 NOT_SWITCH_LISTS = {
-    ("pldr_ref/harness/engine_mutants.py", "('float64', 'float32')"): "the compute dtypes a mutant runs in",
+    ("pldr_ref/harness/controls/engine_mutants.py", "('float64', 'float32')"): "the compute dtypes a mutant runs in",
 }
 
 
@@ -366,7 +366,7 @@ def test_adding_a_switch_doc_is_honest() -> None:
     text = DOC.read_text(encoding="utf-8")
     assert doc_problems(text) == []
     from pldr_ref.fixtures import suite_switches
-    from pldr_ref.harness import switch_mutants
+    from pldr_ref.harness.controls import switch_mutants
 
     assert callable(suite_switches.table_cases) and callable(switch_mutants.table_mutations)
     # the steps name every file a new switch needs on this branch, in order
@@ -377,7 +377,7 @@ def test_adding_a_switch_doc_is_honest() -> None:
 def test_doc_check_catches_a_stale_doc() -> None:
     """Negative control: a path that does not exist and a table row that no longer matches are reported."""
     text = DOC.read_text(encoding="utf-8")
-    stale = text.replace("`pldr_ref/harness/switch_mutants.py`", "`pldr_ref/harness/switch_mutant.py`", 1)
+    stale = text.replace("`pldr_ref/harness/controls/switch_mutants.py`", "`pldr_ref/harness/switch_mutant.py`", 1)
     stale = stale.replace("forced to 1/T", "forced to 1/S", 1)
     problems = doc_problems(stale)
     assert "missing path pldr_ref/harness/switch_mutant.py" in problems

@@ -6,7 +6,7 @@ covered here without editing this file (its case and mutant are generated when n
 The switch cases (:mod:`pldr_ref.fixtures.suite_switches`) committed in golden/ are read from there (the committed
 suite's tests verify them and compare them with a fresh build); the ones built on demand only (``committed=False``)
 are built once into a temporary folder and verified.  The float64 reference passes each case, and each switch mutant
-(:mod:`pldr_ref.harness.switch_mutants`) fails its case.  The slow
+(:mod:`pldr_ref.harness.controls.switch_mutants`) fails its case.  The slow
 :func:`test_every_switch_case_builds_and_verifies` builds and verifies all of them afresh.
 """
 
@@ -23,7 +23,7 @@ from pldr_ref.config import EMULATIONS
 from pldr_ref.fixtures.build import build, verify
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
 from pldr_ref.fixtures.suite import build_suite
-from pldr_ref.harness.switch_mutants import all_mutations, mutant_backend
+from pldr_ref.harness.controls.switch_mutants import all_mutations, mutant_backend
 from pldr_ref.harness.validate import validate_case
 from pldr_ref.switches import ENGINE_SWITCHES, SWITCHES
 

@@ -1,5 +1,5 @@
 """An output is judged only when the attention weights it is computed from are judgeable (issue 19, the battery's
-last false positive; ``pldr_ref.harness.unresolved_upstream``)."""
+last false positive; ``pldr_ref.harness.verdict.unresolved_upstream``)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import pytest
 
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, load_case
 from pldr_ref.harness import validate as validate_mod
-from pldr_ref.harness.battery import BATTERY_ARITHMETIC, EmulatedBackend
-from pldr_ref.harness.tolerance import RULE_ENSEMBLE, RULE_NOT_JUDGEABLE, Allowance
-from pldr_ref.harness.unresolved_upstream import (
+from pldr_ref.harness.controls.battery import BATTERY_ARITHMETIC, EmulatedBackend
+from pldr_ref.harness.policy.tolerance import RULE_ENSEMBLE, RULE_NOT_JUDGEABLE, Allowance
+from pldr_ref.harness.validate import FAILING_STATUSES, output_allowances, validate_case
+from pldr_ref.harness.verdict.unresolved_upstream import (
     LAYER_INPUTS,
     SOURCE_LEAVES,
     mark_unresolved_dependents,
     unresolved_dependents,
 )
-from pldr_ref.harness.validate import FAILING_STATUSES, output_allowances, validate_case
 from pldr_ref.layer import LAYER_TRACE_NAMES
 
 LEAVES = LAYER_TRACE_NAMES
@@ -211,7 +211,7 @@ class _OffDownstream(EmulatedBackend):
         self.off = off
 
     def run_case(self, case, dtype):
-        from pldr_ref.harness.tolerance import round_to
+        from pldr_ref.harness.policy.tolerance import round_to
 
         out = {k: round_to(dtype, v) for k, v in case.outputs.items()}
         out[DEPENDENT] = round_to(dtype, (1.0 + self.off) * np.asarray(case.outputs[DEPENDENT]))
@@ -221,7 +221,7 @@ class _OffDownstream(EmulatedBackend):
 def test_negative_control_without_the_rule_the_kernel_fails(chaotic_case, monkeypatch):
     """Off by 1.5 x its own allowance (well inside the gross-error bound): not judgeable with the rule, a failure
     without it (the negative control: issue 19's false positive)."""
-    from pldr_ref.harness.tolerance import judged_as
+    from pldr_ref.harness.policy.tolerance import judged_as
 
     backend = _OffDownstream(0.0)
     with judged_as(backend.capabilities().arithmetic):
@@ -247,7 +247,7 @@ def test_broken_kernels_still_fail_the_chaotic_case(chaotic_case, mutant):
     """Not judging the dependents of unresolved attention weights does not blind the case: a wrong stage still
     fails it in bfloat16."""
     pytest.importorskip("torch")
-    from pldr_ref.harness import mutants
+    from pldr_ref.harness.controls import mutants
 
     r = validate_case(getattr(mutants, mutant)(device="cpu"), chaotic_case, "bfloat16")
     assert r.status == "fail", r.reason

@@ -49,7 +49,8 @@ def never_reached(name: str, src: Source, rec: Recording) -> str:
 
 
 class ProbeCase:
-    """The minimal case of the dry run (what :func:`pldr_ref.harness.localize.model_positions_and_mask` reads)."""
+    """The minimal case of the dry run (what :func:`pldr_ref.harness.verdict.localize.model_positions_and_mask`
+    reads)."""
 
     def __init__(self, config: Any, ids: np.ndarray) -> None:
         self.config, self.inputs, self.args, self.kind = config, {"token_ids": ids}, {}, "forward"

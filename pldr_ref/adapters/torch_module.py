@@ -238,7 +238,7 @@ class TorchModuleBackend:
 
     def _case_inputs(self, case: Any) -> dict[str, Any]:
         """ids, start_pos, the bool mask ``[B, 1, S, S]`` and the HF keep-mask of a forward case."""
-        from pldr_ref.harness.localize import model_positions_and_mask
+        from pldr_ref.harness.verdict.localize import model_positions_and_mask
 
         ids = np.asarray(case.inputs["token_ids"])
         mask = np.broadcast_to(model_positions_and_mask(case)["mask"], (ids.shape[0], 1, ids.shape[1], ids.shape[1]))

@@ -15,7 +15,7 @@ stage compiled with ``jax.jit`` (the config and the dtype are static arguments),
   :data:`pldr_ref.registry.ALL_STAGES` in isolation.  Not implemented (reported unsupported):
   ``cached_generation``, the scoring kinds, the issue-12 emulation switches, per-row ``position_ids``.
 
-Every equation is a method, so an engine mutant (:mod:`pldr_ref.harness.engine_mutants`) overrides exactly
+Every equation is a method, so an engine mutant (:mod:`pldr_ref.harness.controls.engine_mutants`) overrides exactly
 one.  JAX is an optional dependency (``pip install "pldr-ref[jax]"``), imported when the backend is created.
 """
 

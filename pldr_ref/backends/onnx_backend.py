@@ -19,7 +19,7 @@ A file is read by :func:`pldr_ref.backends.onnx_loading.read_model` (size and st
 external data resolved against the model's folder and inlined).  ONNX Runtime has no NumPy type for bfloat16: such
 inputs are fed and outputs read as raw 16-bit patterns (:func:`ort_input_value`, :func:`ort_output_array`), so a
 bfloat16 model runs like any other; an output is widened to float64 only when it is floating, anything else is
-returned as it is and refused by the harness' type check (:mod:`pldr_ref.harness.output_types`).
+returned as it is and refused by the harness' type check (:mod:`pldr_ref.harness.verdict.output_types`).
 """
 
 from __future__ import annotations

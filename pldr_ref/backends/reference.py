@@ -2,7 +2,7 @@
 
 It runs every case kind with the same public functions that produced the golden values
 (:mod:`pldr_ref.fixtures.runners`) and every stage with
-:func:`pldr_ref.harness.stage_reference.reference_stage`.  It is the smallest complete example of
+:func:`pldr_ref.harness.policy.stage_reference.reference_stage`.  It is the smallest complete example of
 the backend protocol and the harness's own control: in float64 it must pass every case.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from pldr_ref.harness.policy.stage_reference import reference_stage
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
-from pldr_ref.harness.stage_reference import reference_stage
 from pldr_ref.registry import ALL_STAGES
 from pldr_ref.switches import declared_switches
 

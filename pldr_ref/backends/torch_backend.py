@@ -20,7 +20,7 @@ is shared (parameter names of :func:`pldr_ref.params.param_shapes`, the case for
   semantics of :func:`pldr_ref.inference.cached_forward`.
 
 Every step of the model is a method, so a variant can override exactly one equation (the
-mutation suite in :mod:`pldr_ref.harness.mutants` does this).  The code is split by concern: this module
+mutation suite in :mod:`pldr_ref.harness.controls.mutants` does this).  The code is split by concern: this module
 holds the protocol, the data plumbing (dtypes, mixed precision, parameters) and the layer / model / cached
 call; :mod:`pldr_ref.backends.torch_math` the equations; :mod:`pldr_ref.backends.torch_cases` the runners
 of layer, cache, scoring and op cases.  PyTorch is an optional

@@ -1,6 +1,6 @@
 """The equations of the torch backend (:class:`~pldr_ref.backends.torch_backend.TorchBackend`): building
 blocks, RoPE, density operator and metric learner, PLGA and attention, one method per equation so that a
-mutant (:mod:`pldr_ref.harness.mutants`) overrides exactly one.  A mixin: ``self.torch``, ``self.device``
+mutant (:mod:`pldr_ref.harness.controls.mutants`) overrides exactly one.  A mixin: ``self.torch``, ``self.device``
 and :meth:`~pldr_ref.backends.torch_backend.TorchBackend.matmul` come from the backend class.
 """
 

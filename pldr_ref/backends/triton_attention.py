@@ -46,7 +46,7 @@ BLOCK_N_COMPILED = 16
 BLOCK_N_INTERPRETED = 4
 
 #: Fault-injection codes of the kernel's ``FAULT`` constexpr (0 in a correct run; a nonzero code compiles a
-#: realistic kernel bug in, for the engine mutants of :mod:`pldr_ref.harness.engine_mutants`).
+#: realistic kernel bug in, for the engine mutants of :mod:`pldr_ref.harness.controls.engine_mutants`).
 FAULTS = {"none": 0, "tile_off_by_one": 1, "no_rescale": 2, "mask_ignored": 3, "no_scale": 4, "g_transposed": 5,
           "v_from_k": 6}
 

@@ -12,7 +12,7 @@ against that case's limit (the interpreter's start does not: :data:`START_ALLOWA
 
 Only arrays cross the pipe, as ``np.save`` bytes read back with ``allow_pickle=False``, with a JSON header for
 everything else (the case's config, args and metadata): no pickle of data.  The child checks output types
-(:func:`pldr_ref.harness.output_types.checked_outputs`) before sending, so an object array never needs pickling.
+(:func:`pldr_ref.harness.verdict.output_types.checked_outputs`) before sending, so an object array never needs pickling.
 
 Where it applies (``pldr-ref validate``, :func:`wants_child_process`): ``--onnx`` and the engine backends
 (:data:`ENGINE_MODULES`) whenever ``--timeout`` is set (the default); every other backend runs in process under
@@ -208,8 +208,8 @@ def serve(recipe: tuple[str, str]) -> None:
     out_fd = os.dup(1)
     os.dup2(2, 1)  # a print in the backend must not corrupt the messages
     conn = PipeChannel(0, out_fd)
-    from pldr_ref.harness.output_types import OutputTypeError, checked_outputs
     from pldr_ref.harness.validate import guarded_case
+    from pldr_ref.harness.verdict.output_types import OutputTypeError, checked_outputs
 
     conn.send_bytes(pack({"status": "ready"}))  # Python and NumPy are up: the backend's construction is timed
     try:

@@ -26,8 +26,8 @@ LOW_PRECISION = ("float32", "bfloat16", "float16")
 def calibrate_entry(entry: Path, dtypes: tuple[str, ...], stages: tuple[str, ...] = (),
                     progress: TextIO | None = None) -> dict[str, Any] | None:
     """Write the calibration statistics of the suite in ``entry/golden`` for ``dtypes`` to
-    ``entry/calibration.json``, in the committed store's format (:mod:`pldr_ref.harness.calibration`); returns its
-    sha256 and dtypes, or None when no low-precision dtype is asked for.
+    ``entry/calibration.json``, in the committed store's format (:mod:`pldr_ref.harness.policy.calibration`); returns
+    its sha256 and dtypes, or None when no low-precision dtype is asked for.
 
     The statistics are those validation reads for a backend that runs ``stages`` in isolation: a golden-output
     backend declaring exactly those stages is validated on every case (the calibration module's writer validates
@@ -37,7 +37,7 @@ def calibrate_entry(entry: Path, dtypes: tuple[str, ...], stages: tuple[str, ...
     The validations run without the per-case time limit (the ensemble's runs are the work here, not a backend's:
     under the default 600 s limit a ``v510-110m`` case on a loaded machine was cut and left without statistics);
     a case whose validation still ends in an error raises ``RuntimeError`` naming it (never a silent gap)."""
-    from pldr_ref.harness import calibration, ensemble
+    from pldr_ref.harness.policy import calibration, ensemble
     from pldr_ref.harness.suite_loading import load_suite
     from pldr_ref.harness.validate import validate
 
@@ -85,7 +85,7 @@ class _GoldenOutputs:
         return dict(case.outputs)
 
     def run_stage(self, request: Any) -> dict[str, Any]:
-        from pldr_ref.harness.stage_reference import reference_stage
+        from pldr_ref.harness.policy.stage_reference import reference_stage
 
         return reference_stage(request.stage, request.layer, request.config, request.params, request.inputs)
 
@@ -93,7 +93,7 @@ class _GoldenOutputs:
 def use_calibration(entry: Path) -> int:
     """Make the statistics of ``entry/calibration.json`` the ones validation reads (merged into the in-process
     store; a file of another ensemble fingerprint is ignored); returns the number of cases it holds."""
-    from pldr_ref.harness import ensemble
+    from pldr_ref.harness.policy import ensemble
 
     path = entry / CALIBRATION_FILE
     if not path.is_file():

@@ -158,7 +158,7 @@ class StageRequest:
     ``positions`` [S] (absolute positions of the rows), ``mask`` (bool [B|1, 1, S, T], True =
     forbidden; absent when the case has no mask), ``token_ids`` (``embedding``), ``embed``
     (``input_norm``) and ``hidden`` (``lm_head``).  See ``STAGE_INPUTS`` in
-    :mod:`pldr_ref.harness.localize` for what each stage is guaranteed to receive.
+    :mod:`pldr_ref.harness.verdict.localize` for what each stage is guaranteed to receive.
     """
 
     stage: str

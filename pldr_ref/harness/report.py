@@ -51,7 +51,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pldr_ref.harness import tolerance
+from pldr_ref.harness.policy import tolerance
 from pldr_ref.harness.validate import CASE_STATUSES, FAILING_STATUSES, CaseResult
 from pldr_ref.text_escape import escape_text
 
@@ -208,7 +208,7 @@ def build_report(results: list[CaseResult], *, backend_spec: str, backend: Any, 
 
 def _judged_arithmetic(backend: Any) -> str | None:
     """The arithmetic key the backend's verdicts below float64 assume (None if its capabilities fail)."""
-    from pldr_ref.harness.ensemble import arithmetic_key
+    from pldr_ref.harness.policy.ensemble import arithmetic_key
 
     try:
         return arithmetic_key(backend.capabilities().arithmetic)

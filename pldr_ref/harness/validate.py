@@ -10,8 +10,8 @@ backend declares it cannot run the case in that dtype, or raised :class:`Unsuppo
 crashed, exited, hung past the time limit or returned something that is not a dict of arrays),
 ``not_applicable`` (nothing could be judged: the dtype cannot represent a single-stage case, or nothing
 representable is left of a multi-stage one).  Below float64 the rows that depend on fully masked rows of an
-additive mask are excluded and the rest is judged (:mod:`pldr_ref.harness.representable`; the reason says "judged
-on N of M rows").  Nothing is skipped silently: every case x dtype gets exactly one status.  Backends receive
+additive mask are excluded and the rest is judged (:mod:`pldr_ref.harness.verdict.representable`; the reason says
+"judged on N of M rows").  Nothing is skipped silently: every case x dtype gets exactly one status.  Backends receive
 read-only copies of the case's tensors.
 """
 
@@ -29,26 +29,7 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.harness.deadline import case_deadline
-from pldr_ref.harness.isolation import isolate_stages
-from pldr_ref.harness.localize import (
-    OUTSIDE_WIDE,
-    OutputResult,
-    StageResult,
-    first_failing_stage,
-    judge,
-    read_only,
-    unrepresentable_stage,
-)
-from pldr_ref.harness.output_types import checked_outputs
-from pldr_ref.harness.protocol import (
-    DEFAULT_ARITHMETIC,
-    CaseTimeout,
-    Unsupported,
-    primary_outputs,
-    unsupported_reason,
-)
-from pldr_ref.harness.representable import representable_part
-from pldr_ref.harness.tolerance import (
+from pldr_ref.harness.policy.tolerance import (
     RULE_NOT_JUDGEABLE,
     Allowance,
     case_statistics,
@@ -57,7 +38,26 @@ from pldr_ref.harness.tolerance import (
     output_allowance,
     output_margins,
 )
-from pldr_ref.harness.unresolved_upstream import mark_unresolved_dependents
+from pldr_ref.harness.protocol import (
+    DEFAULT_ARITHMETIC,
+    CaseTimeout,
+    Unsupported,
+    primary_outputs,
+    unsupported_reason,
+)
+from pldr_ref.harness.verdict.isolation import isolate_stages
+from pldr_ref.harness.verdict.localize import (
+    OUTSIDE_WIDE,
+    OutputResult,
+    StageResult,
+    first_failing_stage,
+    judge,
+    read_only,
+    unrepresentable_stage,
+)
+from pldr_ref.harness.verdict.output_types import checked_outputs
+from pldr_ref.harness.verdict.representable import representable_part
+from pldr_ref.harness.verdict.unresolved_upstream import mark_unresolved_dependents
 from pldr_ref.layer import LAYER_STAGES
 from pldr_ref.registry import CACHES, MODEL_OUTPUTS_AFTER, MODEL_OUTPUTS_BEFORE, output_declaration, stage_of_output
 
@@ -96,7 +96,7 @@ class CaseResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (``seconds`` only when timing was requested); every compared output carries its
-        ``margin`` (:func:`pldr_ref.harness.tolerance.output_margins`)."""
+        ``margin`` (:func:`pldr_ref.harness.policy.tolerance.output_margins`)."""
         stages = []
         for st in self.stages:
             d = st.to_dict()
@@ -167,7 +167,7 @@ def trace_sort_key(name: str) -> tuple:
 def output_allowances(case: Any, dtype: str) -> tuple[dict[str, Any], Any]:
     """(allowance by golden output name, representable part or None) of ``case`` in ``dtype``: the tolerance
     policy's allowance of each output (on its representable part), every output computed from one the dtype cannot
-    resolve made not judgeable too (:mod:`pldr_ref.harness.unresolved_upstream`)."""
+    resolve made not judgeable too (:mod:`pldr_ref.harness.verdict.unresolved_upstream`)."""
     part = representable_part(case, dtype)
     keep = {} if part is None else part.keep
     baselines, source = case_statistics(case, dtype, keep=keep)
@@ -402,7 +402,7 @@ def _judged_case(backend: Any, case: Any, dtype: str, isolate: bool, timeout: fl
         reason = "the primary outputs could not be judged in this dtype (see the outputs' notes)"
     else:
         reason = ""
-    if part is not None:  # judged on the representable part only (pldr_ref.harness.representable)
+    if part is not None:  # judged on the representable part only (pldr_ref.harness.verdict.representable)
         reason = "; ".join(x for x in (reason, part) if x)
     return done(status, reason, outputs, stages, first)
 

@@ -20,10 +20,8 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.attention import causal_padding_mask
-from pldr_ref.harness.compare import TensorComparison, compare_tensor
-from pldr_ref.harness.output_types import output_type_problem, widened
-from pldr_ref.harness.stage_reference import reference_stage
-from pldr_ref.harness.tolerance import (
+from pldr_ref.harness.policy.stage_reference import reference_stage
+from pldr_ref.harness.policy.tolerance import (
     Allowance,
     ensemble_allowance,
     error_stats,
@@ -34,6 +32,8 @@ from pldr_ref.harness.tolerance import (
     output_allowance,
     round_to,
 )
+from pldr_ref.harness.verdict.compare import TensorComparison, compare_tensor
+from pldr_ref.harness.verdict.output_types import output_type_problem, widened
 from pldr_ref.layer import LAYER_TRACE_NAMES
 from pldr_ref.model import resolve_pad_masking
 from pldr_ref.ops import FLOAT64_OPS, Ops
@@ -130,7 +130,7 @@ def judge(name: str, stage: str | None, expected: np.ndarray, actual: np.ndarray
     """Compare and apply ``allowance``: pass iff the max test (no element outside it, no NaN/inf class
     difference) and, when set, the relative RMS, offset and gain tests hold.  A not-judged output still
     fails on a NaN/inf class difference when it counts against the verdict (``judgeable`` False)."""
-    why = output_type_problem(expected, actual)  # never parsed or converted (pldr_ref.harness.output_types)
+    why = output_type_problem(expected, actual)  # never parsed or converted (pldr_ref.harness.verdict.output_types)
     if why is not None:
         return OutputResult(name, stage, "fail", None, allowance, note=f"not a numeric array of its type ({why})")
     actual = widened(actual)
@@ -142,7 +142,7 @@ def judge(name: str, stage: str | None, expected: np.ndarray, actual: np.ndarray
     if cmp.error is not None:
         return OutputResult(name, stage, "fail", cmp, allowance, note=cmp.error)
     gross = gross_error(cmp, allowance)
-    if gross is not None:  # not judgeable only stops a pass (pldr_ref.harness.tolerance.K_GROSS)
+    if gross is not None:  # not judgeable only stops a pass (pldr_ref.harness.policy.tolerance.K_GROSS)
         return OutputResult(name, stage, "fail", cmp, allowance, note=gross)
     if not allowance.judgeable:
         if cmp.class_mismatches:
@@ -288,7 +288,7 @@ def stage_allowance(case: Any, stage: str, layer: int | None, leaf: str, inputs:
             return float64_allowance(case, full)
         return output_allowance(case, full, dtype, golden, None)
     if callable(member_runs):  # the members' runs, computed only when the statistics are not stored
-        from pldr_ref.harness.ensemble import stored_stats
+        from pldr_ref.harness.policy.ensemble import stored_stats
 
         runs = member_runs
         stats = stored_stats(case, dtype, f"stage:{stage}:{layer}:{leaf}",
@@ -301,7 +301,7 @@ def stage_allowance(case: Any, stage: str, layer: int | None, leaf: str, inputs:
 
 def _ensemble_stats(golden: np.ndarray, dtype: str, runs: Any, leaf: str) -> Any:
     """Robust statistics of the members' runs of one stage output (None: no usable run)."""
-    from pldr_ref.harness.ensemble import arithmetic_stats
+    from pldr_ref.harness.policy.ensemble import arithmetic_stats
 
     if runs is None:
         return None
@@ -315,7 +315,7 @@ def ensemble_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str
                    params_cache: dict) -> list[dict[str, np.ndarray] | None]:
     """Every calibration member's run of the stage from the golden upstream values (:func:`storage_stage` with that
     member's arithmetic; memoized per case, dtype and stage)."""
-    from pldr_ref.harness.ensemble import stage_runs
+    from pldr_ref.harness.policy.ensemble import stage_runs
 
     memo: dict[str, Any] = {}
 
@@ -363,7 +363,7 @@ def unrepresentable_stage(case: Any, dtype: str) -> str | None:
     judgeable thresholds (relative RMS above ``MAX_ALLOWANCE_FRACTION`` or max error above ``MAX_ABS_FRACTION`` of
     the scale), e.g. the fully masked rows of an additive -1e9 mask, where float32 absorbs the scores. None if every
     stage is representable (or the case has no isolatable stage, or dtype is float64)."""
-    from pldr_ref.harness.tolerance import MAX_ABS_FRACTION, MAX_ALLOWANCE_FRACTION
+    from pldr_ref.harness.policy.tolerance import MAX_ABS_FRACTION, MAX_ALLOWANCE_FRACTION
 
     if dtype == "float64":
         return None

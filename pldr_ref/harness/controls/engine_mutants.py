@@ -12,11 +12,11 @@
   starting one key late, no running-max rescaling, the mask never applied, no 1/sqrt(d_k), G read
   transposed, V read from K's buffer;
 * torch in bfloat16 / float16 (:class:`~pldr_ref.backends.torch_backend.TorchBackend` subclasses):
-  the vocabulary projection accumulated in the 16-bit dtype, plus bugs of :mod:`pldr_ref.harness.mutants`.
+  the vocabulary projection accumulated in the 16-bit dtype, plus bugs of :mod:`pldr_ref.harness.controls.mutants`.
 
 Each :class:`EngineMutation` names the engine, the golden case, the dtypes in which it must be caught and
 the stage the harness must name first.  ``tests/test_engine_mutants.py`` runs them; ``python -m
-pldr_ref.harness.engine_report`` puts the outcomes in ``docs/engines.md``.  The engine modules are imported
+pldr_ref.harness.tools.engine_report`` puts the outcomes in ``docs/engines.md``.  The engine modules are imported
 only when a mutant is built (the extras are optional).
 """
 
@@ -285,11 +285,11 @@ def torch_mutant_classes() -> dict[str, type]:
 
 
 def torch_mutant(name: str) -> Any:
-    """A torch mutant: one of :func:`torch_mutant_classes` or a class of :mod:`pldr_ref.harness.mutants`."""
+    """A torch mutant: one of :func:`torch_mutant_classes` or a class of :mod:`pldr_ref.harness.controls.mutants`."""
     classes = torch_mutant_classes()
     if name in classes:
         return classes[name](device="cpu")
-    from pldr_ref.harness import mutants
+    from pldr_ref.harness.controls import mutants
 
     return getattr(mutants, name)(device="cpu")
 

@@ -5,10 +5,10 @@
   relative perturbations of every input and parameter (``docs/fixtures.md``).
 * **float32, bfloat16, float16** -- the backend's error must stay within a small multiple of the error of
   legitimate implementations of the same case in the same dtype: the *calibration ensemble*
-  (:mod:`pldr_ref.harness.ensemble`), restricted to the arithmetic the backend declares
+  (:mod:`pldr_ref.harness.policy.ensemble`), restricted to the arithmetic the backend declares
   (:data:`pldr_ref.harness.protocol.ARITHMETICS`; default ``float32-accumulate``, what GPU kernels do).  Per output
   and error measure (:class:`ErrorStats`: max error, relative RMS, |offset|, |gain|) the *reference error* is the
-  largest, over the choice groups of those members, of the group's median (:func:`pldr_ref.harness.ensemble
+  largest, over the choice groups of those members, of the group's median (:func:`pldr_ref.harness.policy.ensemble
   .robust_stats`), and each test allows a multiple of it (w = :data:`F32_FACTOR` in float32, else 1):
 
   1. max test: max|a - e| <= w k x max-error reference + :data:`FLOOR_UNITS` u max|e|, with
@@ -23,9 +23,9 @@
 * **not judgeable** ("not covered"): an output whose relative-RMS allowance exceeds :data:`MAX_ALLOWANCE_FRACTION`
   or whose max-test allowance exceeds :data:`MAX_ABS_FRACTION` of its scale (or whose ensemble is non-finite)
   cannot tell a right backend from a wrong one; so is every output computed from unresolved attention weights
-  (:mod:`pldr_ref.harness.unresolved_upstream`).  Not judgeable only stops a pass: **a gross error fails
+  (:mod:`pldr_ref.harness.verdict.unresolved_upstream`).  Not judgeable only stops a pass: **a gross error fails
   everywhere** -- a relative RMS error above w :data:`K_GROSS` x the widest legitimate arithmetic's reference error
-  (every member, :data:`pldr_ref.harness.ensemble.WIDEST`) is beyond what any legitimate kernel produces.
+  (every member, :data:`pldr_ref.harness.policy.ensemble.WIDEST`) is beyond what any legitimate kernel produces.
 * Boolean and integer outputs (masks, positions) must match exactly in every dtype.
 """
 
@@ -40,8 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from pldr_ref.harness.compare import TensorComparison, machine_epsilon, numpy_dtype
-from pldr_ref.harness.storage_run import (  # re-exported: the policy's public names
+from pldr_ref.harness.policy.storage_run import (  # re-exported: the policy's public names
     SINGLE_STAGE_KINDS,
     ArithmeticStats,
     ErrorStats,
@@ -49,6 +48,7 @@ from pldr_ref.harness.storage_run import (  # re-exported: the policy's public n
     round_to,  # noqa: F401
     storage_outputs,  # noqa: F401
 )
+from pldr_ref.harness.verdict.compare import TensorComparison, machine_epsilon, numpy_dtype
 
 #: Max test, bfloat16 and float16: allowance = K_HALF x the max-error reference (+ floor).
 K_HALF = 8.0
@@ -59,13 +59,13 @@ K_MIN = 8.0
 #: Floor of the max test: FLOOR_UNITS unit roundoffs of the dtype times max|golden| (one ulp of the scale).
 FLOOR_UNITS = 2.0
 #: Relative RMS test: allowance = K_RMS[arithmetic] x rho, rho = max(reference error, u), per declared arithmetic
-#: (keys of :data:`pldr_ref.harness.ensemble.ARITHMETIC_KEYS`).  The reference already takes the worst choice group
-#: of the declared arithmetic's members (tiles, orders, online softmax, exp2, unfused epilogues ...), so K_RMS only
-#: covers the scatter of one kernel around its group's median.  float32-accumulate: 2, FlashAttention's rule (its
+#: (keys of :data:`pldr_ref.harness.policy.ensemble.ARITHMETIC_KEYS`).  The reference already takes the worst choice
+#: group of the declared arithmetic's members (tiles, orders, online softmax, exp2, unfused epilogues ...), so K_RMS
+#: only covers the scatter of one kernel around its group's median.  float32-accumulate: 2, FlashAttention's rule (its
 #: members' relative RMS errors on the logits agree within 15 %; the float32-accumulating battery kernels land at
 #: most 1.7 x rho on any judged output).  The dtype arithmetics: 4 (the order of a 16-bit accumulation scatters the
 #: error: the battery's bfloat16 / float16 accumulators land up to 3.3 x their rho).  Measured:
-#: ``python -m pldr_ref.harness.battery --margins``, ``docs/tolerances.md``.
+#: ``python -m pldr_ref.harness.controls.battery --margins``, ``docs/tolerances.md``.
 K_RMS = {"float32-accumulate": 2.0, "dtype-accumulate-or-elementwise": 4.0}
 #: Offset and gain tests: allowance = K_BIAS x (|statistic| + rho / sqrt(N)) + BIAS_FLOOR x rho.
 K_BIAS = 8.0
@@ -96,15 +96,15 @@ RULE_NOT_APPLICABLE = "not applicable"
 RULE_NOT_JUDGEABLE = "not judgeable"
 
 #: The arithmetic the verdicts in progress are judged against (a key of
-#: :data:`pldr_ref.harness.ensemble.ARITHMETIC_KEYS`), set by :func:`judged_as` for one backend's validation.
+#: :data:`pldr_ref.harness.policy.ensemble.ARITHMETIC_KEYS`), set by :func:`judged_as` for one backend's validation.
 _ARITHMETIC: contextvars.ContextVar[str] = contextvars.ContextVar("judged_arithmetic", default="float32-accumulate")
 
 
 @contextlib.contextmanager
 def judged_as(declared: Iterable[str]) -> Iterator[str]:
     """Judge every allowance computed inside the block against the arithmetic a backend declares (its
-    ``Capabilities.arithmetic``); yields the key (:func:`pldr_ref.harness.ensemble.arithmetic_key`)."""
-    from pldr_ref.harness.ensemble import arithmetic_key
+    ``Capabilities.arithmetic``); yields the key (:func:`pldr_ref.harness.policy.ensemble.arithmetic_key`)."""
+    from pldr_ref.harness.policy.ensemble import arithmetic_key
 
     key = arithmetic_key(declared)
     token = _ARITHMETIC.set(key)
@@ -331,7 +331,7 @@ def gross_error(cmp: TensorComparison, allowance: Allowance) -> str | None:
         return None
     d = allowance.detail
     rho = d.get("widest_rho") or allowance.gross / (whole_tensor_factor(cmp.dtype) * K_GROSS)
-    from pldr_ref.harness.ensemble import WIDEST
+    from pldr_ref.harness.policy.ensemble import WIDEST
 
     return (f"gross error: relative RMS error {cmp.rms_rel:.3g} is {_multiple(abs(cmp.rms_rel), rho)} x the reference "
             f"error of the widest legitimate arithmetic ({WIDEST}) in {cmp.dtype} ({rho:.2g}); allowed even where "
@@ -399,8 +399,8 @@ def case_statistics(case: Any, dtype: str, keep: Mapping[str, np.ndarray] | None
                     ) -> tuple[dict[str, ArithmeticStats] | None, str]:
     """(the calibration ensemble's statistics by output, source) of ``case`` in ``dtype``; (None, "none") for
     float64 or a case the members cannot run.  Outputs the members do not produce are absent (not judgeable).
-    ``keep``: boolean masks by output name (:mod:`pldr_ref.harness.representable`): those outputs' statistics are
-    taken over the kept elements only."""
+    ``keep``: boolean masks by output name (:mod:`pldr_ref.harness.verdict.representable`): those outputs' statistics
+    are taken over the kept elements only."""
     if dtype == "float64":
         return None, "none"
     wide = beyond_float32(case)
@@ -410,7 +410,7 @@ def case_statistics(case: Any, dtype: str, keep: Mapping[str, np.ndarray] | None
     if wide:
         return {}, f"{wide} holds finite values beyond the {dtype} range: a {dtype} backend is handed inf there"
     from pldr_ref.fixtures.runners import RUNNERS
-    from pldr_ref.harness.ensemble import arithmetic_stats, case_runs, stored_stats
+    from pldr_ref.harness.policy.ensemble import arithmetic_stats, case_runs, stored_stats
 
     if case.kind not in RUNNERS or (case.kind not in SINGLE_STAGE_KINDS and case.params is None):
         return None, "none"

@@ -1,10 +1,10 @@
 """The reference run of a case in a storage dtype, and its error statistics against the golden value.
 
-What the calibration ensemble (:mod:`pldr_ref.harness.ensemble`) runs and measures, below the pass/fail policy
-that scales those statistics (:mod:`pldr_ref.harness.tolerance`, which re-exports these names): a case run with
+What the calibration ensemble (:mod:`pldr_ref.harness.policy.ensemble`) runs and measures, below the pass/fail policy
+that scales those statistics (:mod:`pldr_ref.harness.policy.tolerance`, which re-exports these names): a case run with
 inputs, parameters and stage outputs rounded to the dtype (:func:`storage_outputs`; with a member's ``ops``,
-:func:`pldr_ref.harness.arithmetic.arithmetic_ops`, in that member's own arithmetic), and the four error measures of one
-output (:class:`ErrorStats`, :func:`error_stats`).
+:func:`pldr_ref.harness.policy.arithmetic.arithmetic_ops`, in that member's own arithmetic), and the four error measures
+of one output (:class:`ErrorStats`, :func:`error_stats`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pldr_ref.harness.compare import numpy_dtype
+from pldr_ref.harness.verdict.compare import numpy_dtype
 from pldr_ref.ops import FLOAT64_OPS, Ops
 from pldr_ref.registry import op_kinds
 
@@ -28,7 +28,7 @@ SINGLE_STAGE_KINDS = op_kinds("op")
 @dataclasses.dataclass(frozen=True)
 class ErrorStats:
     """Error statistics of one run on one output (d = run - golden over the finite entries), or the ensemble's
-    statistic of them (:func:`pldr_ref.harness.ensemble.robust_stats`).
+    statistic of them (:func:`pldr_ref.harness.policy.ensemble.robust_stats`).
 
     max_abs: max|d| (None: the run is non-finite where the golden value is finite);
     rms_rel: ||d|| / ||golden||; offset: mean(d) / rms(golden); gain: <d, golden> / <golden, golden>;
@@ -53,7 +53,7 @@ class ErrorStats:
 class ArithmeticStats:
     """The ensemble's statistics of one output for every arithmetic a backend may declare.
 
-    by_arithmetic: arithmetic key (:data:`pldr_ref.harness.ensemble.ARITHMETIC_KEYS`) -> the statistic over the
+    by_arithmetic: arithmetic key (:data:`pldr_ref.harness.policy.ensemble.ARITHMETIC_KEYS`) -> the statistic over the
     members that arithmetic covers (None: non-finite there).  The last key is the widest (every member).
     """
 

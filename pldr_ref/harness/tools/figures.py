@@ -1,6 +1,6 @@
 """The margin figures of ``docs/tolerances.md``: one PNG per dtype.
 
-    python -m pldr_ref.harness.figures --out docs        # writes docs/margins_{float32,bfloat16,float16}.png
+    python -m pldr_ref.harness.tools.figures --out docs        # writes docs/margins_{float32,bfloat16,float16}.png
 
 For every model and layer case of the suite, the relative RMS error of its primary output (the logits, a layer's
 ``out2``) in that dtype: the calibration ensemble's statistic (grey dot; every member with ``--members``), the
@@ -49,18 +49,18 @@ def _rms(result: Any, name: str) -> float | None:
 def collect(cases: list[Any], dtype: str, *, with_torch: bool = True, members: bool = False) -> list[dict[str, Any]]:
     """Per case: the members' relative RMS errors (``members`` False: their stored statistic only), the allowance,
     battery and wrong backends' errors."""
-    from pldr_ref.harness import mutants
-    from pldr_ref.harness.battery import BATTERY_ARITHMETIC, EmulatedBackend
-    from pldr_ref.harness.ensemble import case_runs
-    from pldr_ref.harness.tolerance import case_statistics, error_stats, judged_arithmetic
+    from pldr_ref.harness.controls import mutants
+    from pldr_ref.harness.controls.battery import BATTERY_ARITHMETIC, EmulatedBackend
+    from pldr_ref.harness.controls.verdict_power import NoisyLogits, ZeroLogits
+    from pldr_ref.harness.policy.ensemble import case_runs
+    from pldr_ref.harness.policy.tolerance import case_statistics, error_stats, judged_arithmetic
     from pldr_ref.harness.validate import output_allowances, validate_case
-    from pldr_ref.harness.verdict_power import NoisyLogits, ZeroLogits
 
     correct: list[Any] = [EmulatedBackend(a) for a in BATTERY_ARITHMETIC[:2]]
     wrong: list[Any] = [ZeroLogits(), NoisyLogits()]
     if with_torch:
         from pldr_ref.backends.torch_backend import TorchBackend
-        from pldr_ref.harness.battery import torch_native_matmul_backend
+        from pldr_ref.harness.controls.battery import torch_native_matmul_backend
 
         correct += [TorchBackend(device="cpu"), torch_native_matmul_backend()]
         wrong += [getattr(mutants, m)(device="cpu") for m in FIGURE_MUTANTS]
@@ -73,7 +73,7 @@ def collect(cases: list[Any], dtype: str, *, with_torch: bool = True, members: b
             g = np.asarray(case.outputs[name])
             member_err = [error_stats(g, run[name]).rms_rel for _, run in case_runs(case, dtype)
                           if run is not None and name in run]
-        else:  # the stored statistic of the members (pldr_ref/harness/calibration.json)
+        else:  # the stored statistic of the members (pldr_ref/harness/policy/calibration.json)
             stats, _ = case_statistics(case, dtype)
             st = (stats or {}).get(name)
             st = None if st is None or isinstance(st, str) else st.of(judged_arithmetic())
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     """Write ``margins_<dtype>.png`` for every dtype into ``--out`` (paths checked before any work)."""
     from pldr_ref.tool_cli import add_suite_arguments, run_tool, tool_parser
 
-    p = tool_parser("python -m pldr_ref.harness.figures", __doc__)
+    p = tool_parser("python -m pldr_ref.harness.tools.figures", __doc__)
     p.add_argument("--out", default="docs", metavar="DIR",
                    help="existing folder the PNGs are written into (default: docs)")
     p.add_argument("--dtype", action="append", default=None, choices=FIGURE_DTYPES)
@@ -141,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
     from pldr_ref.tool_cli import load_selected_suite, loaded_store, suite_selection
 
     dtypes = list(dict.fromkeys(args.dtype or FIGURE_DTYPES))
-    root, names = suite_selection(args, "python -m pldr_ref.harness.figures")
+    root, names = suite_selection(args, "python -m pldr_ref.harness.tools.figures")
     paths = {dtype: Path(args.out) / f"margins_{dtype}.png" for dtype in dtypes}
     check_command_paths([("--out", path, FILE) for path in paths.values()], [("--suite-dir", root, INPUT_FOLDER)])
     try:

@@ -1,12 +1,12 @@
 """``docs/engines.md``: the real engines (JAX/XLA, ONNX Runtime, Triton, torch in 16 bits) judged by the harness.
 
-    python -m pldr_ref.harness.engine_report --markdown docs/engines.md --figure docs/engines_margins.png
+    python -m pldr_ref.harness.tools.engine_report --markdown docs/engines.md --figure docs/engines_margins.png
 
 For each engine and dtype: the whole committed suite validated (cases passed / failed / not judgeable /
 unsupported / not applicable, errors), the worst margin per stage -- the largest observed / allowed ratio of
-any of the four tests (max, relative RMS, offset, gain; :func:`pldr_ref.harness.margins.uses`) over every
+any of the four tests (max, relative RMS, offset, gain; :func:`pldr_ref.harness.tools.margins.uses`) over every
 judged output of that stage, end to end and in isolation (below 1 passes) -- and the run time; then every
-injected bug of :mod:`pldr_ref.harness.engine_mutants` with the stage the harness named first.  The figure
+injected bug of :mod:`pldr_ref.harness.controls.engine_mutants` with the stage the harness named first.  The figure
 plots the per-stage worst margins.  Triton runs in its CPU interpreter (``TRITON_INTERPRET=1``, set here)
 unless the environment sets it otherwise.  Needs the [jax], [onnx], [triton] and [plots] extras; an engine
 whose extra is missing is listed as not run, with the reason.
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pldr_ref.harness.margins import uses
+from pldr_ref.harness.tools.margins import uses
 
 #: (engine, backend spec, dtypes) in report order.
 ENGINE_RUNS = (
@@ -88,7 +88,7 @@ def run_engine(spec: str, dtype: str, cases: list[Any], timeout: float | None = 
 def run_mutations(engine: str, bug: str) -> list[dict[str, Any]]:
     """One injected bug of ``engine`` in each of its dtypes, as JSON-able rows (JAX mutants run eagerly: the same
     jnp code without a compilation per mutant; ``tests/test_engine_jax.py -m slow`` runs them jitted)."""
-    from pldr_ref.harness.engine_mutants import run_engine_mutations
+    from pldr_ref.harness.controls.engine_mutants import run_engine_mutations
 
     return [{"engine": o.mutation.engine, "bug": o.mutation.bug, "description": o.mutation.description,
              "case": o.mutation.case, "dtype": o.dtype, "expected_stage": o.mutation.expected_stage,
@@ -117,7 +117,7 @@ def run_tasks(tasks: list[str], jobs: int, workdir: Path) -> dict[str, Any]:
 
     def one(i: int, task: str) -> tuple[str, Any]:
         out = workdir / f"task{i}.json"
-        cmd = [sys.executable, "-m", "pldr_ref.harness.engine_report", "--task", task, "--task-out", str(out)]
+        cmd = [sys.executable, "-m", "pldr_ref.harness.tools.engine_report", "--task", task, "--task-out", str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             return task, {"skipped": f"task failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}"}
@@ -204,7 +204,7 @@ def markdown(runs: dict[tuple[str, str], dict[str, Any]], mutations: list[dict[s
         lines += ["", f"![worst margin per stage]({figure})"]
     if mutations is not None:
         lines += ["", "## Injected bugs", "",
-                  "Each bug is written in the engine's own terms (`pldr_ref/harness/engine_mutants.py`) and "
+                  "Each bug is written in the engine's own terms (`pldr_ref/harness/controls/engine_mutants.py`) and "
                   "validated on its case; **ok** = the case fails and the first stage named is the expected "
                   "one (found by stage isolation or, for fused / graph engines, by the first failing "
                   "end-to-end output).", "",
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run every engine x dtype (and the injected bugs) and write the report."""
     from pldr_ref.tool_cli import choice_list, positive_int, run_tool, seconds, tool_parser
 
-    p = tool_parser("python -m pldr_ref.harness.engine_report", __doc__)
+    p = tool_parser("python -m pldr_ref.harness.tools.engine_report", __doc__)
     p.add_argument("--markdown", default=None, metavar="OUT.md", help="write the report here (default: stdout)")
     p.add_argument("--figure", default=None, metavar="OUT.png", help="write the margins figure here")
     p.add_argument("--engines", type=choice_list(ENGINES), default=ENGINES, metavar="LIST",
@@ -305,7 +305,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     loaded_store()  # a malformed calibration store: one error now, not in every task
     wanted = args.engines
     order = [(engine, dtype) for engine, _, dtypes in ENGINE_RUNS if engine in wanted for dtype in dtypes]
-    from pldr_ref.harness.engine_mutants import ENGINE_MUTATIONS
+    from pldr_ref.harness.controls.engine_mutants import ENGINE_MUTATIONS
 
     bugs = [] if args.no_mutations else [f"mutants:{m.engine}:{m.bug}" for m in ENGINE_MUTATIONS if m.engine in wanted]
     suffix = "" if args.case_timeout is None else f":{args.case_timeout:g}"
@@ -328,7 +328,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
             figure_ref = os.path.relpath(args.figure, Path(args.markdown).parent)
     given = list(argv if argv is not None else sys.argv[1:])
     shown = [a for i, a in enumerate(given) if not a.startswith("--jobs") and (i == 0 or given[i - 1] != "--jobs")]
-    command = "python -m pldr_ref.harness.engine_report " + " ".join(shown)
+    command = "python -m pldr_ref.harness.tools.engine_report " + " ".join(shown)
     text = markdown(runs, mutations, figure_ref, command.strip(), args.jobs, args.case_timeout)
     if args.markdown:
         atomic_write_text(args.markdown, text)

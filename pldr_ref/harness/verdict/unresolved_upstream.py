@@ -1,7 +1,7 @@
 """An output is judged only when the attention weights it is computed from are judgeable (``docs/tolerances.md``).
 
 When an output is *not judgeable* in a dtype (its ensemble allowance exceeds the stated fraction of its scale, or
-its ensemble is non-finite: :func:`pldr_ref.harness.tolerance.ensemble_allowance`), legitimate kernels' errors on
+its ensemble is non-finite: :func:`pldr_ref.harness.policy.tolerance.ensemble_allowance`), legitimate kernels' errors on
 it are heavy-tailed, and so are their errors on everything computed from it -- and twelve calibration members
 sample that tail too thinly to bound it.  The case that showed it (issue 19's battery): a legitimate bfloat16
 kernel (accumulation in bfloat16, reversed tiles of 8) of ``cache/tiny_kv_cumulative_gram`` landed one A_LM
@@ -35,7 +35,7 @@ import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 
-from pldr_ref.harness.tolerance import RULE_NOT_JUDGEABLE, Allowance
+from pldr_ref.harness.policy.tolerance import RULE_NOT_JUDGEABLE, Allowance
 from pldr_ref.layer import LAYER_TRACE_NAMES
 from pldr_ref.registry import (
     ALL_STAGES,

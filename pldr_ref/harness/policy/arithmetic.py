@@ -9,16 +9,16 @@ exp2 of a float32-rounded argument, division or multiplication by a rounded reci
 into the float32 accumulator or applied to the stored result.
 
 :class:`EmulatedOps` is that arithmetic as an ``ops`` argument (:mod:`pldr_ref.ops`): the reference's primitives
-evaluated emulated, handed to the reference code (:func:`pldr_ref.harness.storage_run.storage_outputs`, the isolated
-stages), so every case kind -- model, layer, cache, scoring, op -- and every isolated stage runs through the same
-code with that arithmetic; nothing is swapped into a module.  Every rounding goes through
+evaluated emulated, handed to the reference code (:func:`pldr_ref.harness.policy.storage_run.storage_outputs`, the
+isolated stages), so every case kind -- model, layer, cache, scoring, op -- and every isolated stage runs through the
+same code with that arithmetic; nothing is swapped into a module.  Every rounding goes through
 :func:`round_to_dtype` (pldr_ref's own round-to-nearest-even; float32 registers by NumPy's IEEE cast, tested
 identical); every sum runs in an explicit order (a loop of elementwise float64 additions each followed by a
 rounding, or float32 additions in place when the products are exact in float32), so the result does not depend on the
 BLAS, the thread count or the machine.
 The only library calls whose last float64 bit may differ between machines are exp, log, power, sin and cos
 (rounded to float32 or below right after, so a difference survives only on an exact rounding tie); the allowances
-built from these runs are published with two significant digits (:mod:`pldr_ref.harness.calibration`).
+built from these runs are published with two significant digits (:mod:`pldr_ref.harness.policy.calibration`).
 
 Transcendentals as kernels compute them (``libm_ulps``): a float32 kernel does not evaluate exp, exp2, log2, pow,
 sin, cos or 1/sqrt correctly rounded.  Each member's float32 result of those functions is the correctly rounded

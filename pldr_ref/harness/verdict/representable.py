@@ -122,8 +122,8 @@ def _keep_for(leaf: str, taint: np.ndarray, shape: tuple[int, ...], gram_mode: s
 def representable_part(case: Any, dtype: str) -> RepresentablePart | None:
     """The part of ``case`` that ``dtype`` can represent, or None when no exclusion applies (float64, a mask mode
     other than additive, no fully masked row, or the dtype resolves the masked rows: see
-    :func:`pldr_ref.harness.localize.unrepresentable_stage`)."""
-    from pldr_ref.harness.localize import model_positions_and_mask, unrepresentable_stage
+    :func:`pldr_ref.harness.verdict.localize.unrepresentable_stage`)."""
+    from pldr_ref.harness.verdict.localize import model_positions_and_mask, unrepresentable_stage
 
     config = getattr(case, "config", None)
     if dtype == "float64" or config is None or config.mask_mode != "additive":

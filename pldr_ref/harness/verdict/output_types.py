@@ -5,7 +5,7 @@ A float trace entry must come back as a floating array: NumPy float16/32/64, or 
 object, boolean or integer array for a float entry is refused -- never converted with ``astype(float64)``, which
 would parse text ("1.5") or turn a mask into numbers.  A boolean entry (masks) takes a boolean or integer array.
 :func:`checked_outputs` is called where a backend's outputs are received (:func:`pldr_ref.harness.validate.
-validate_case`); :func:`output_type_problem` also by :func:`pldr_ref.harness.localize.judge` (isolated stages).
+validate_case`); :func:`output_type_problem` also by :func:`pldr_ref.harness.verdict.localize.judge` (isolated stages).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""Writes the committed calibration store (``python -m pldr_ref.harness.calibration --write``; ``docs/tolerances.md``).
+"""Writes the committed calibration store (``python -m pldr_ref.harness.policy.calibration --write``;
+``docs/tolerances.md``).
 
-The ensemble, its statistic and the store it reads live in :mod:`pldr_ref.harness.ensemble` (re-exported here);
+The ensemble, its statistic and the store it reads live in :mod:`pldr_ref.harness.policy.ensemble` (re-exported here);
 this module computes the statistics of a whole suite by validating a golden-output backend on every case (which
-evaluates every statistic the harness uses) and writes :data:`~pldr_ref.harness.ensemble.CACHE_FILE`.
+evaluates every statistic the harness uses) and writes :data:`~pldr_ref.harness.policy.ensemble.CACHE_FILE`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from pldr_ref.harness import ensemble
-from pldr_ref.harness.calibration_store import dumps_store, load_store_cases, read_document
-from pldr_ref.harness.ensemble import (  # re-exported: the names the harness and its tests know from here
+from pldr_ref.harness.policy import ensemble
+from pldr_ref.harness.policy.calibration_store import dumps_store, load_store_cases, read_document
+from pldr_ref.harness.policy.ensemble import (  # re-exported: the names the harness and its tests know from here
     CACHE_FILE,
     CALIBRATION_REVISION,  # noqa: F401
     CHOICES,  # noqa: F401
@@ -46,7 +47,7 @@ def write_store(cases: list[Any], path: Path = CACHE_FILE, dtypes: tuple[str, ..
     The entries already in ``path`` (same fingerprint) are kept: writing the statistics of a small suite adds to
     the store, never shrinks it (issue 29, cause 5).  ``prune=True`` drops the entries of cases not in ``cases``
     (the whole suite after a change of its cases).  Every file read is checked
-    (:func:`~pldr_ref.harness.calibration_store.read_document`); the store is written atomically.
+    (:func:`~pldr_ref.harness.policy.calibration_store.read_document`); the store is written atomically.
     """
     from pldr_ref.harness.validate import validate
 
@@ -96,7 +97,7 @@ class _GoldenBackend:
         return dict(case.outputs)
 
     def run_stage(self, request: Any) -> dict[str, np.ndarray]:
-        from pldr_ref.harness.stage_reference import reference_stage
+        from pldr_ref.harness.policy.stage_reference import reference_stage
 
         return reference_stage(request.stage, request.layer, request.config, request.params, request.inputs)
 
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     """``--write``: compute the statistics of a suite and add them to the store (default: the committed one)."""
     from pldr_ref.tool_cli import add_suite_arguments, run_tool, tool_parser
 
-    p = tool_parser("python -m pldr_ref.harness.calibration", __doc__)
+    p = tool_parser("python -m pldr_ref.harness.policy.calibration", __doc__)
     p.add_argument("--write", action="store_true",
                    help="compute the statistics of the suite's cases and write them into --out, keeping the entries "
                         "already there (writing the committed store, the default --out, needs this flag)")
@@ -132,7 +133,7 @@ def _run(args: Any) -> int:
             raise ValueError("--fresh, --prune, --out, --merge and --dtype go with --write")
         return 0
     out = Path(args.out) if args.out else CACHE_FILE
-    root, names = suite_selection(args, "python -m pldr_ref.harness.calibration")
+    root, names = suite_selection(args, "python -m pldr_ref.harness.policy.calibration")
     committed = out.resolve() == CACHE_FILE.resolve()
     check_command_paths([("--out", out, FILE)],
                         [("--suite-dir", root, INPUT_FOLDER), *[("--merge", m, INPUT_FILE) for m in args.merge]],

@@ -1,7 +1,8 @@
 """The calibration store file: its schema, the checked loader, and the atomic writer.
 
-The store (committed as ``pldr_ref/harness/calibration.json``, written by ``python -m pldr_ref.harness.calibration
---write``; statistics computed in :mod:`pldr_ref.harness.ensemble`) is one JSON object::
+The store (committed as ``pldr_ref/harness/policy/calibration.json``, written by ``python -m
+pldr_ref.harness.policy.calibration --write``; statistics computed in :mod:`pldr_ref.harness.policy.ensemble`) is one
+JSON object::
 
     {
       "version": 1,                    # STORE_VERSION; absent in files written before versioning (read as 1)
@@ -89,7 +90,7 @@ def check_document(doc: Any) -> list[str]:
     version = doc.get("version", STORE_VERSION)
     if version != STORE_VERSION:
         problems.append(f"version {version!r}: this pldr-ref reads version {STORE_VERSION} (rewrite it with "
-                        "`python -m pldr_ref.harness.calibration --write`)")
+                        "`python -m pldr_ref.harness.policy.calibration --write`)")
     extra = sorted(set(doc) - {"version", "fingerprint", "cases"})
     if extra:
         problems.append(f"unknown key(s) {extra}")
@@ -136,7 +137,7 @@ def read_document(path: str | Path) -> dict[str, Any]:
     if re.search(r"^(<<<<<<<|>>>>>>>|=======)( |$)", text, re.MULTILINE):
         raise CalibrationStoreError(f"calibration store {p}: holds merge-conflict markers (<<<<<<< / ======= / "
                                     ">>>>>>>); resolve the conflict or rewrite it with `python -m "
-                                    "pldr_ref.harness.calibration --write`")
+                                    "pldr_ref.harness.policy.calibration --write`")
     try:
         doc = json.loads(text, parse_constant=_reject_constant)
     except RecursionError:

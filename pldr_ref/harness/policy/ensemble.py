@@ -1,22 +1,22 @@
 """The calibration ensemble and its statistics (``docs/tolerances.md``): what the pass/fail policy scales.
 
-Each member of :data:`ENSEMBLE` is an :class:`~pldr_ref.harness.arithmetic.Arithmetic`: one legitimate way to
+Each member of :data:`ENSEMBLE` is an :class:`~pldr_ref.harness.policy.arithmetic.Arithmetic`: one legitimate way to
 compute the model in a storage dtype (accumulation in float32 or in the dtype, elementwise work in float32 or in
 the dtype, one-pass or blocked sums in two orders, two-pass or online softmax, exp or exp2, division or
 reciprocal, fused or unfused bias and activation, TF32 products in float32 runs, and a member evaluating each
 stage in float64 that rounds only stage outputs).  Every member runs the case (or the isolated stage) through the
-reference code with its arithmetic (passed as ``ops``: :func:`pldr_ref.harness.arithmetic.arithmetic_ops`); its
+reference code with its arithmetic (passed as ``ops``: :func:`pldr_ref.harness.policy.arithmetic.arithmetic_ops`); its
 error against the golden value gives four numbers per output (max error, relative RMS, offset, gain).  The
 statistic of each (:func:`robust_stats`) is the largest, over the groups of members making one arithmetic choice
 (:func:`choice_groups`), of the group's **median** -- never one run's maximum -- taken among the members the
 arithmetic a backend declares covers (:data:`ARITHMETIC_KEYS`: the float32-accumulating GPU default, or every
-member), and the policy (:mod:`pldr_ref.harness.tolerance`) scales it.  The statistics are rounded up to
+member), and the policy (:mod:`pldr_ref.harness.policy.tolerance`) scales it.  The statistics are rounded up to
 :data:`SIGNIFICANT_DIGITS` significant digits, so an allowance is the same on every machine, BLAS, thread count and
 ml_dtypes version (the arithmetic is elementwise NumPy in explicit order, the rounding pldr_ref's own).
 
 Members are evaluated once per case, dtype (and isolated stage) and process (:func:`case_runs`, memoized on the
 case's content); the statistics of the committed suite are read from :data:`CACHE_FILE`, which
-:mod:`pldr_ref.harness.calibration` writes.
+:mod:`pldr_ref.harness.policy.calibration` writes.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from pldr_ref.harness.arithmetic import Arithmetic, arithmetic_ops
-from pldr_ref.harness.storage_run import ArithmeticStats, ErrorStats, storage_outputs
+from pldr_ref.harness.policy.arithmetic import Arithmetic, arithmetic_ops
+from pldr_ref.harness.policy.storage_run import ArithmeticStats, ErrorStats, storage_outputs
 from pldr_ref.ops import Ops
 
 #: The calibration ensemble (12 members for bfloat16 / float16; the float32 ensemble adds a TF32 member); the
@@ -151,9 +151,9 @@ def stage_runs(case: Any, stage: str, layer: int | None, dtype: str,
 # ---------------------------------------------------------------------------------------------------------------
 # the statistics store: computed once per case, dtype and output, committed in CACHE_FILE
 
-#: The committed statistics of the committed suite (``python -m pldr_ref.harness.calibration --write``): validation
-#: reads them instead of running the ensemble; a case whose digest is absent (another suite, a changed case) is
-#: calibrated at validation time.  ``tests/test_harness_calibration.py`` recomputes a sample and checks coverage.
+#: The committed statistics of the committed suite (``python -m pldr_ref.harness.policy.calibration --write``):
+#: validation reads them instead of running the ensemble; a case whose digest is absent (another suite, a changed case)
+#: is calibrated at validation time.  ``tests/test_harness_calibration.py`` recomputes a sample and checks coverage.
 CACHE_FILE = Path(__file__).with_name("calibration.json")
 #: Bumped whenever the emulated arithmetic or the statistic changes: statistics of another revision are ignored.
 CALIBRATION_REVISION = 3
@@ -171,7 +171,7 @@ def fingerprint() -> str:
 def _store() -> dict[str, Any]:
     global _STORE
     if _STORE is None:
-        from pldr_ref.harness.calibration_store import load_store_cases  # checked: names the file if malformed
+        from pldr_ref.harness.policy.calibration_store import load_store_cases  # checked: names the file if malformed
 
         _STORE = load_store_cases(CACHE_FILE, fingerprint())
     return _STORE
@@ -234,7 +234,7 @@ def stored_stats(case: Any, dtype: str, key: str, compute: Callable[[], Any]) ->
     return _decode(entry[key], dtype)
 
 
-#: Arithmetic choices (fields of :class:`~pldr_ref.harness.arithmetic.Arithmetic`) whose values group the members
+#: Arithmetic choices (fields of :class:`~pldr_ref.harness.policy.arithmetic.Arithmetic`) whose values group the members
 #: for the statistic (:func:`choice_groups`).
 CHOICES = ("accumulate", "compute", "tile", "order", "softmax", "exp2", "reciprocal", "fused", "tf32")
 #: A choice group counts when at least this many members make that choice: its median is then not one member's
@@ -249,7 +249,7 @@ MIN_GROUP = 3
 #: against the dtype-accumulating members alone (without the elementwise ones), a battery backend accumulating in
 #: float16 failed ``g_mode/learned_tiny`` (A_P at 2.4 x the widest reference error, above 4 x that narrower one's).
 ARITHMETIC_KEYS = ("float32-accumulate", "dtype-accumulate-or-elementwise")
-#: The widest: every member (what the gross-error bound of :mod:`pldr_ref.harness.tolerance` scales).
+#: The widest: every member (what the gross-error bound of :mod:`pldr_ref.harness.policy.tolerance` scales).
 WIDEST = ARITHMETIC_KEYS[-1]
 
 

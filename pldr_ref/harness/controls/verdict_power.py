@@ -1,13 +1,13 @@
 """Verdict power: how often the harness tells a right logits-only backend from a wrong one, per dtype.
 
-    python -m pldr_ref.harness.verdict_power [--dtype bfloat16 ...] [--suite-dir DIR]
+    python -m pldr_ref.harness.controls.verdict_power [--dtype bfloat16 ...] [--suite-dir DIR]
 
 Three logits-only backends (what the harness sees of a serving engine) run every ``forward`` case of the suite:
 :class:`GoldenLogits` (the golden logits correctly rounded to the dtype: must pass), :class:`ZeroLogits` (all-zero
 logits) and :class:`NoisyLogits` (golden logits plus Gaussian noise of 3 % of their RMS): both must fail.  A
 forward case is **judgeable** in a dtype when its logits allowance there is judged (below the not-judgeable
-thresholds of :mod:`pldr_ref.harness.tolerance`); a not-judgeable case is reported "not covered", never as a pass.
-The table gives, per dtype: forward cases, judgeable ones, and the pass / fail rates over the judgeable ones.
+thresholds of :mod:`pldr_ref.harness.policy.tolerance`); a not-judgeable case is reported "not covered", never as a
+pass. The table gives, per dtype: forward cases, judgeable ones, and the pass / fail rates over the judgeable ones.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class GoldenLogits(ZeroLogits):
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         """round_to(dtype, golden logits)."""
-        from pldr_ref.harness.tolerance import round_to
+        from pldr_ref.harness.policy.tolerance import round_to
 
         return {"logits": round_to(dtype, case.outputs["logits"])}
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print the verdict-power table (and the cases behind the misses)."""
     from pldr_ref.tool_cli import add_suite_arguments, run_tool, tool_parser
 
-    p = tool_parser("python -m pldr_ref.harness.verdict_power", __doc__)
+    p = tool_parser("python -m pldr_ref.harness.controls.verdict_power", __doc__)
     p.add_argument("--dtype", action="append", default=None, choices=[d for d in DTYPES if d != "float64"])
     add_suite_arguments(p)
     return run_tool(p, argv, _run)
@@ -144,7 +144,7 @@ def _run(args: argparse.Namespace) -> int:
     from pldr_ref.tool_cli import load_selected_suite, loaded_store, suite_selection
 
     dtypes = args.dtype or ["float32", "bfloat16", "float16"]
-    cases = load_selected_suite(*suite_selection(args, "python -m pldr_ref.harness.verdict_power"))
+    cases = load_selected_suite(*suite_selection(args, "python -m pldr_ref.harness.controls.verdict_power"))
     loaded_store()
     rows = measure(cases, dtypes)
     print(table(rows))

@@ -2,8 +2,8 @@
 on its own (``docs/tolerances.md``).
 
 The plan (which stages, with which golden inputs and outputs) and the per-stage allowances come from
-:mod:`pldr_ref.harness.localize`; below float64 the rows a dtype cannot represent (fully masked rows of an
-additive mask) are left out of the judgement (:mod:`pldr_ref.harness.representable`).  It sits above both, so
+:mod:`pldr_ref.harness.verdict.localize`; below float64 the rows a dtype cannot represent (fully masked rows of an
+additive mask) are left out of the judgement (:mod:`pldr_ref.harness.verdict.representable`).  It sits above both, so
 neither imports the other's caller.
 """
 
@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from pldr_ref.harness.localize import (
+from pldr_ref.harness.protocol import CaseTimeout, StageRequest, Unsupported
+from pldr_ref.harness.verdict.localize import (
     OutputResult,
     StageResult,
     ensemble_stage,
@@ -24,8 +25,7 @@ from pldr_ref.harness.localize import (
     stage_allowance,
     stage_plan,
 )
-from pldr_ref.harness.protocol import CaseTimeout, StageRequest, Unsupported
-from pldr_ref.harness.representable import representable_part
+from pldr_ref.harness.verdict.representable import representable_part
 
 
 def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
@@ -72,7 +72,7 @@ def isolate_stages(backend: Any, case: Any, dtype: str) -> list[StageResult]:
             got_leaf = got[leaf]
             sel = None if part is None else part.isolated_keep(stage, leaf, np.shape(want))
             if sel is not None and np.shape(got_leaf) == np.shape(want) and sel.any():
-                # judged on the representable rows only (pldr_ref.harness.representable)
+                # judged on the representable rows only (pldr_ref.harness.verdict.representable)
                 want, got_leaf = np.asarray(want)[sel], np.asarray(got_leaf)[sel]
                 def kept_runs(runs=member_runs, leaf=leaf, sel=sel) -> list[dict[str, np.ndarray] | None]:
                     return [None if r is None or leaf not in r else {leaf: np.asarray(r[leaf])[sel]} for r in runs()]

@@ -1,6 +1,6 @@
 """How much of each allowance a backend uses: the numbers behind ``docs/tolerances.md``.
 
-    python -m pldr_ref.harness.margins --backend pldr_ref.backends.torch_backend:TorchBackend \\
+    python -m pldr_ref.harness.tools.margins --backend pldr_ref.backends.torch_backend:TorchBackend \\
         --dtype float32,bfloat16,float16 [--suite-dir DIR]
 
 For each dtype and each place (isolated stages, end-to-end outputs of multi-stage cases, op cases) and each
@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Any
 
-from pldr_ref.harness.localize import OutputResult
+from pldr_ref.harness.verdict.localize import OutputResult
 
 #: The four tests of the low-precision policy, in report order.
 TESTS = ("max", "rms", "offset", "gain")
@@ -38,7 +38,7 @@ def uses(o: OutputResult) -> dict[str, float]:
 
 def margins(results: list[Any]) -> dict[str, dict[str, dict[str, tuple[float, str]]]]:
     """{dtype: {"isolated" | "end_to_end" | "op": {test: (largest use, "case:output")}}}."""
-    from pldr_ref.harness.tolerance import SINGLE_STAGE_KINDS
+    from pldr_ref.harness.policy.tolerance import SINGLE_STAGE_KINDS
 
     out: dict[str, dict[str, dict[str, tuple[float, str]]]] = {}
     for r in results:
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from pldr_ref.harness.suite_loading import load_suite, suite_root
     from pldr_ref.harness.validate import validate
 
-    p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.margins", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m pldr_ref.harness.tools.margins", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", required=True)
     p.add_argument("--dtype", action="append", default=None)

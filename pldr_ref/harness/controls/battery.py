@@ -1,12 +1,12 @@
 """The false-positive battery: legitimate low-precision backends that are NOT in the calibration ensemble.
 
 Each must pass (no ``fail``, no ``error``) every case of the default suite in float32, bfloat16 and float16
-(``tests/test_harness_battery.py``; ``python -m pldr_ref.harness.battery`` prints the verdict counts):
+(``tests/test_harness_battery.py``; ``python -m pldr_ref.harness.controls.battery`` prints the verdict counts):
 
 * :class:`EmulatedBackend` over :data:`BATTERY_ARITHMETIC`: other reduction tiles (8, 32, 128, 512) and orders,
   online (FlashAttention) softmax with other tile sizes, accumulation in the storage dtype with other blocks,
   reordered sums (the issue's "reorders sums" backend) and a tiled online softmax (its "tiled online-softmax"
-  backend) -- every rounding by pldr_ref's own round-to-nearest-even (:mod:`pldr_ref.harness.arithmetic`); each
+  backend) -- every rounding by pldr_ref's own round-to-nearest-even (:mod:`pldr_ref.harness.policy.arithmetic`); each
   declares the arithmetic it computes with (:func:`declared_arithmetic`), so the dtype-accumulating ones are
   judged against the members accumulating in the dtype;
 * :class:`~pldr_ref.backends.torch_backend.TorchBackend` (the bundled mixed-precision torch backend) and
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pldr_ref.harness.arithmetic import Arithmetic, arithmetic_ops
+from pldr_ref.harness.policy.arithmetic import Arithmetic, arithmetic_ops
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported, every_value
 from pldr_ref.switches import names
 
@@ -79,7 +79,7 @@ class EmulatedBackend:
 
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
         """Every output of ``case`` (the reference runner in this arithmetic, stage outputs stored in ``dtype``)."""
-        from pldr_ref.harness.tolerance import storage_outputs
+        from pldr_ref.harness.policy.tolerance import storage_outputs
 
         if dtype not in BATTERY_DTYPES:
             raise Unsupported(f"{self.name} computes in {BATTERY_DTYPES}, not {dtype}")
@@ -90,8 +90,8 @@ class EmulatedBackend:
 
     def run_stage(self, request: StageRequest) -> dict[str, np.ndarray]:
         """One stage from the given upstream values, in this arithmetic."""
-        from pldr_ref.harness.stage_reference import reference_stage
-        from pldr_ref.harness.tolerance import round_to
+        from pldr_ref.harness.policy.stage_reference import reference_stage
+        from pldr_ref.harness.policy.tolerance import round_to
         from pldr_ref.params import Params
 
         dt = request.dtype
@@ -156,8 +156,8 @@ def margins(results: Iterable[Any]) -> tuple[tuple[float, str] | None, ...]:
     ``case:output`` where it occurs (None: nothing compared): over the judged outputs, the relative RMS error to
     w rho and the max error to w x the max-error reference (w = the float32 factor or 1; the max test's floor left
     out); over every compared output, judgeable or not, the relative RMS error to w rho_widest (the gross-error test
-    fails above :data:`pldr_ref.harness.tolerance.K_GROSS`)."""
-    from pldr_ref.harness.tolerance import whole_tensor_factor
+    fails above :data:`pldr_ref.harness.policy.tolerance.K_GROSS`)."""
+    from pldr_ref.harness.policy.tolerance import whole_tensor_factor
 
     found: list[tuple[float, str] | None] = [None, None, None]
 
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     :func:`margins`); exit 1 on any fail or error, 2 on bad input (:mod:`pldr_ref.tool_cli`)."""
     from pldr_ref.tool_cli import add_suite_arguments, run_tool, tool_parser
 
-    p = tool_parser("python -m pldr_ref.harness.battery", __doc__)
+    p = tool_parser("python -m pldr_ref.harness.controls.battery", __doc__)
     p.add_argument("--dtype", action="append", default=None, choices=BATTERY_DTYPES)
     add_suite_arguments(p)
     p.add_argument("--no-torch", action="store_true", help="leave the torch backends out")
@@ -206,7 +206,7 @@ def _run(args: argparse.Namespace) -> int:
     from pldr_ref.tool_cli import load_selected_suite, loaded_store, suite_selection
 
     dtypes = args.dtype or list(BATTERY_DTYPES)
-    cases = load_selected_suite(*suite_selection(args, "python -m pldr_ref.harness.battery"))
+    cases = load_selected_suite(*suite_selection(args, "python -m pldr_ref.harness.controls.battery"))
     if args.case:
         unknown = sorted(set(args.case) - {c.name for c in cases})
         if unknown:
