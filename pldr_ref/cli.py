@@ -59,8 +59,9 @@ flag convention (the same name means the same thing in every subcommand):
 errors: one `pldr-ref SUBCOMMAND: error: ...` line and exit status 2 (PLDR_REF_TRACEBACK=1: a traceback); Ctrl-C
 exits 130; environment variables and output paths are checked before any work (an output may not lie in the
 committed golden/ or the pldr_ref package, nor be an input or another output); outputs are written atomically.
-The module tools (python -m pldr_ref.harness.controls.battery, verdict_power, figures, engine_report, calibration, mutants)
-follow the same conventions (pldr_ref/tool_cli.py).
+The module tools (python -m pldr_ref.harness.controls.{battery,verdict_power,mutants},
+pldr_ref.harness.tools.{figures,engine_report,margins}, pldr_ref.harness.policy.calibration) follow the same
+conventions (pldr_ref/tool_cli.py).
 
 run `pldr-ref SUBCOMMAND --help` for the options of one subcommand."""
 

@@ -1,4 +1,4 @@
-"""The one output-path policy of every writer: ``pldr-ref`` and the ``python -m pldr_ref.harness.*`` tools.
+"""The one output-path policy of every writer: ``pldr-ref`` and the ``python -m pldr_ref.harness.*.*`` tools.
 
 Checked before the command starts work (:func:`check_command_paths`), so that a report written after a
 ten-minute run does not fail then:

@@ -1,5 +1,6 @@
 """The command-line conventions shared by ``pldr-ref`` and the module tools (``python -m
-pldr_ref.harness.controls.battery``, ``verdict_power``, ``figures``, ``engine_report``, ``calibration``).
+pldr_ref.harness.controls.battery``, ``verdict_power``, ``mutants``; ``pldr_ref.harness.tools.figures``,
+``engine_report``; ``pldr_ref.harness.policy.calibration``).
 
 * Bad input -- a bad flag value, an unreadable input, an output path refused by :mod:`pldr_ref.output_paths`, a
   malformed environment variable (:mod:`pldr_ref.env_vars`) -- is one ``PROG: error: ...`` line on stderr and exit

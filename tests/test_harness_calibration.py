@@ -220,7 +220,8 @@ def test_committed_store_covers_the_suite_and_matches_a_fresh_calibration():
     from pldr_ref.harness.policy.tolerance import beyond_float32, inputs_beyond
 
     doc = _json.loads(calibration.CACHE_FILE.read_text(encoding="utf-8"))
-    assert doc["fingerprint"] == calibration.fingerprint(), "stale: python -m pldr_ref.harness.policy.calibration --write"
+    assert doc["fingerprint"] == calibration.fingerprint(), \
+        "stale: python -m pldr_ref.harness.policy.calibration --write"
     dtypes = ("float32", "bfloat16", "float16")
     missing = [c.name for c in iter_cases(DEFAULT_GOLDEN_DIR)
                if c.kind in RUNNERS and not beyond_float32(c)

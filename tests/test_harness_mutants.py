@@ -88,7 +88,8 @@ def test_mutation_report_is_up_to_date(outcomes):
     """docs/mutations.md is exactly what `python -m pldr_ref.harness.controls.mutants --markdown docs/mutations.md`
     writes."""
     text = markdown([outcomes[m.backend.__name__] for m in MUTATIONS])
-    assert DOC.is_file(), f"{DOC} is missing: run python -m pldr_ref.harness.controls.mutants --markdown docs/mutations.md"
+    assert DOC.is_file(), \
+        f"{DOC} is missing: run python -m pldr_ref.harness.controls.mutants --markdown docs/mutations.md"
     assert DOC.read_text(encoding="utf-8") == text
 
 

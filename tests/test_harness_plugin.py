@@ -52,8 +52,8 @@ def test_bad_backend_is_a_usage_error(tmp_path):
 @pytest.mark.torch
 def test_failing_backend_fails_with_the_diagnosis(tmp_path):
     pytest.importorskip("torch")
-    r = run_pytest(tmp_path, "--pldr-backend", "pldr_ref.harness.controls.mutants:NoScaleMutant", "--pldr-dtype", "float64",
-                   "--pldr-select", "model/tiny_exact")
+    r = run_pytest(tmp_path, "--pldr-backend", "pldr_ref.harness.controls.mutants:NoScaleMutant",
+                   "--pldr-dtype", "float64", "--pldr-select", "model/tiny_exact")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "1 failed" in r.stdout and "attention_scores" in r.stdout
 

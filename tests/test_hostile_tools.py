@@ -1,8 +1,8 @@
-"""The ``python -m pldr_ref.harness.*`` module tools through their failure modes (issue 29, causes 4, 5, 13, 14, 16):
-the conventions of ``pldr-ref`` (pldr_ref.tool_cli) -- one error line, exit 2, no traceback, Ctrl-C 130, validated
-choices and time limits, output paths refused before any computation, nothing written into golden/ or the
-package -- and the calibration store: checked on load, never shrunk by a small suite.  Every tool runs in-process
-on a suite of one or two cases copied from golden/."""
+"""The ``python -m pldr_ref.harness.{controls,tools,policy}.*`` module tools through their failure modes (issue 29,
+causes 4, 5, 13, 14, 16): the conventions of ``pldr-ref`` (pldr_ref.tool_cli) -- one error line, exit 2, no
+traceback, Ctrl-C 130, validated choices and time limits, output paths refused before any computation, nothing
+written into golden/ or the package -- and the calibration store: checked on load, never shrunk by a small suite.
+Every tool runs in-process on a suite of one or two cases copied from golden/."""
 
 from __future__ import annotations
 
@@ -87,11 +87,11 @@ def test_every_tool_failure_is_one_line_exit_2_before_any_work(tool: str, argv: 
                                                                capsys: pytest.CaptureFixture) -> None:
     before = tree_stat(DEFAULT_GOLDEN_DIR)
     store_before = tree_stat(ensemble.CACHE_FILE.parent)
-    args = argv.format(t=tmp_path, g=GOLDEN, p=Path(calibration.__file__).parents[1], s=tiny).split()
+    args = argv.format(t=tmp_path, g=GOLDEN, p=Path(calibration.__file__).parents[2], s=tiny).split()
     code, _, err = run_main(TOOLS[tool], args, capsys)
     assert code == 2, (code, err)
     line = one_error_line(err)
-    assert line.startswith(f"python -m pldr_ref.harness.{tool}: error: ") or line.startswith("usage") or \
+    assert line.startswith(f"python -m {TOOLS[tool].__module__}: error: ") or line.startswith("usage") or \
         "error:" in line, line
     assert word in line, line
     assert no_work == []  # refused before any computation
