@@ -61,19 +61,26 @@ def patched(qualified: str, replacement: Callable[..., Any]) -> Iterator[Callabl
     code = getattr(replacement, "__code__", None)
     if code is not None:
         tracing.ALIASES[code] = qualified  # the tracer sees the stand-in as the operator it replaces
-    swapped: list[tuple[Any, str]] = []
+    swapped: list[tuple[Any, str, Any]] = []
     for name, mod in list(sys.modules.items()):
         if mod is None or not (name.startswith("pldr_ref") or name.startswith("proofs_check")):
             continue
         for attr, value in list(vars(mod).items()):
             if value is original:
                 setattr(mod, attr, replacement)
-                swapped.append((mod, attr))
+                swapped.append((mod, attr, original))
+    # the float64 arithmetic the forward map is handed (pldr_ref.ops.Ops) holds the primitives as static methods
+    from pldr_ref.ops import Ops
+
+    for attr, value in list(vars(Ops).items()):
+        if isinstance(value, staticmethod) and value.__func__ is original:
+            setattr(Ops, attr, staticmethod(replacement))
+            swapped.append((Ops, attr, value))
     try:
         yield original
     finally:
-        for mod, attr in swapped:
-            setattr(mod, attr, original)
+        for owner, attr, value in swapped:
+            setattr(owner, attr, value)
         if code is not None:
             tracing.ALIASES.pop(code, None)
 

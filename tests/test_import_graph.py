@@ -3,7 +3,9 @@
 The graph has one node per module of the package and one edge per ``import`` statement naming another pldr_ref
 module, wherever the statement stands (module level or inside a function: an import inside a function that hides a
 cycle is still a cycle, it only moves the failure to call time).  ``from pkg import name`` is an edge to the
-submodule ``pkg.name`` when that is a module, else to the package ``pkg`` (whose ``__init__`` runs).
+submodule ``pkg.name`` when that is a module, else to the package ``pkg`` (whose ``__init__`` runs).  An import
+under ``if TYPE_CHECKING:`` is no edge: it never executes (the type checker reads it, the interpreter does not),
+which is how a low-level module names :class:`pldr_ref.ops.Ops` in an annotation.
 """
 
 from __future__ import annotations
@@ -32,7 +34,12 @@ def import_graph(package_dir: Path) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
         here = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        typing_only = {id(n) for block in ast.walk(tree) if _is_type_checking_block(block)
+                       for stmt in block.body for n in ast.walk(stmt)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -45,6 +52,15 @@ def import_graph(package_dir: Path) -> dict[str, set[str]]:
                 continue
             graph[name].update(t for t in targets if t in mods and t != name)
     return graph
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:``."""
+    if not isinstance(node, ast.If):
+        return False
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -115,7 +131,11 @@ def test_deferred_cycle_is_detected(tmp_path):
     (pkg / "sub" / "c.py").write_text("from . import d\n")
     (pkg / "sub" / "d.py").write_text("def g():\n    from .c import x\n")
     (pkg / "e.py").write_text("from toy.a import f\n")  # imports into a cycle, is not part of it
-    assert cycles(import_graph(pkg)) == [["toy.a", "toy.b"], ["toy.sub.c", "toy.sub.d"]]
+    (pkg / "f.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from toy.g import T\n")
+    (pkg / "g.py").write_text("from toy import f\nT = int\n")  # f -> g only for the type checker: no cycle
+    (pkg / "h.py").write_text("import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    from toy import i\n")
+    (pkg / "i.py").write_text("def k():\n    from toy import h\n")  # the else branch runs: a cycle
+    assert cycles(import_graph(pkg)) == [["toy.a", "toy.b"], ["toy.h", "toy.i"], ["toy.sub.c", "toy.sub.d"]]
 
 
 def test_acyclic_toy_package_passes(tmp_path):

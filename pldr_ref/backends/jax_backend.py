@@ -33,7 +33,7 @@ from pldr_ref.backends.stage_walk import LayerCache, walk_layer, walk_model
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
 from pldr_ref.params import FIXED_G_KEY, Params
 from pldr_ref.registry import ALL_STAGES, OPS_BY_NAME, Stage
-from pldr_ref.switches import declared_switches
+from pldr_ref.switches import ENGINE_SWITCHES, declared_switches
 
 #: Harness dtype names this backend computes in.
 JAX_DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -82,10 +82,11 @@ PARAMS_CACHE_SIZE = 4
 
 
 #: The config fields the compiled functions read: the static part of a call, so that configs that differ only
-#: elsewhere (seeds, names, vocabulary size, switches this backend does not implement) share compiled code.
-TRACED_FIELDS = ("num_heads", "d_k", "d_model", "num_layers", "num_reslayerA", "num_denseA", "rope_layout",
-                 "rope_precision", "rope_base", "metric_learner", "gram_mode", "g_mode", "eps_adj", "eps_ln",
-                 "mask_mode", "mask_value", "pad_id", "embed_scale_precision")
+#: elsewhere (seeds, names, vocabulary size) share compiled code.  Every engine switch is in it: the stage walk
+#: asks each registry stage whether the config enables it, and a switch this backend does not implement is at
+#: its default in every case it runs (it refuses the others), so it costs no recompilation.
+TRACED_FIELDS = ("num_heads", "d_k", "d_model", "num_layers", "num_reslayerA", "num_denseA", "rope_base", "eps_adj",
+                 "eps_ln", "mask_value", "pad_id", *ENGINE_SWITCHES)
 
 #: A hashable view of those fields (attribute access like a PLDRConfig).
 TracedConfig = collections.namedtuple("TracedConfig", TRACED_FIELDS)
@@ -546,7 +547,7 @@ class JaxBackend:
         def layer(li: int, x: Any) -> dict[str, Any]:
             return self._layer(self.layer_params(P, li), {"x": x, "positions": positions, "mask": mask}, c=c, dt=dt)
 
-        return walk_model(run, c.num_layers, {"token_ids": token_ids}, layer)
+        return walk_model(run, c, {"token_ids": token_ids}, layer)
 
     def stage(self, P: Mapping[str, Any], i: Mapping[str, Any], *, name: str, c: Any, dt: str) -> dict[str, Any]:
         """One stage of the forward map from the golden upstream values ``i`` (leaf names); ``P``: the model's

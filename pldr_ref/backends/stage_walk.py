@@ -129,26 +129,31 @@ def walk_layer(run: Callable[[Stage, MutableMapping[str, Any]], tuple[Any, ...]]
     return {n: values[n] for n in LAYER_STAGES if values.get(n) is not None}
 
 
-def walk_model(run: Callable[[Stage, MutableMapping[str, Any]], tuple[Any, ...]], num_layers: int,
+def walk_model(run: Callable[[Stage, MutableMapping[str, Any]], tuple[Any, ...]], config: Any,
                values: MutableMapping[str, Any], layer: Callable[[int, Any], Mapping[str, Any]]) -> dict[str, Any]:
-    """The depth loop: the model-level head stages (embedding, input norm), then ``layer(i, x)`` for each layer
-    (its trace; the next layer reads its ``out2``), then the tail stages (LM head) on the last output.
+    """The depth loop: the enabled model-level head stages (embedding, input norm), then ``layer(i, x)`` for each
+    of ``config.num_layers`` layers (its trace; the next layer reads its ``out2``), then the enabled tail stages
+    (LM head) on the last output.
 
     ``values`` holds the head's inputs (``token_ids``); ``run(stage, values)`` as in :func:`walk_layer`.  Returns
     the trace with the golden names: the head's and tail's outputs and ``layers.{i}.{entry}``.
     """
     trace: dict[str, Any] = {}
     for stage in MODEL_HEAD_STAGES:
+        if not stage.enabled(config):
+            continue
         out = dict(zip(stage.outputs, run(stage, values), strict=True))
         values.update(out)
         trace.update(out)
     x = values[MODEL_INPUT]
-    for i in range(num_layers):  # depth is sequential
+    for i in range(config.num_layers):  # depth is sequential
         t = layer(i, x)
         trace.update({f"layers.{i}.{n}": v for n, v in t.items()})
         x = t[LAYER_OUTPUT]
     values[MODEL_HIDDEN] = x
     for stage in MODEL_TAIL_STAGES:
+        if not stage.enabled(config):  # an optional model-level stage (off at its switch's default)
+            continue
         out = dict(zip(stage.outputs, run(stage, values), strict=True))
         values.update(out)
         trace.update(out)

@@ -471,7 +471,7 @@ class TorchBackend(TorchCases, TorchMath):
             new_g.append((t.get("A_LM"), t.get("A_P"), t["G_LM"]))
             return t
 
-        trace = walk_model(run, c.num_layers, {"token_ids": ids}, layer)
+        trace = walk_model(run, c, {"token_ids": ids}, layer)
         all_pad = pad if kv is None else torch.cat([kv["key_padding"], pad], dim=1)
         new_kv = {"layers": new_layers, "key_padding": all_pad}
         out_g = None if cumulative else (g_cache if g_cache is not None else new_g)
