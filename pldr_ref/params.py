@@ -64,6 +64,7 @@ def param_shapes(config: PLDRConfig) -> dict[str, tuple[int, ...]]:
         "decoder.layernorm1.weight": (d,),
         "decoder.layernorm1.bias": (d,),
     }
+    added = added_params(c, per_layer=True)  # the same tensors in every layer
     for layer in range(c.num_layers):
         p = layer_prefix(layer)
         for name in ("wq", "wk", "wv", "dense"):
@@ -97,7 +98,7 @@ def param_shapes(config: PLDRConfig) -> dict[str, tuple[int, ...]]:
         for name in ("layernorm1", "layernorm2"):
             shapes[f"{p}{name}.weight"] = (d,)
             shapes[f"{p}{name}.bias"] = (d,)
-        shapes.update({p + a.name: a.resolve(c) for a in added_params(c, per_layer=True)})
+        shapes.update({p + a.name: a.resolve(c) for a in added})
     if not c.uses_plga_params:
         shapes[FIXED_G_KEY] = (c.num_layers, 3, 1, h, dk, dk)
     shapes.update({a.name: a.resolve(c) for a in added_params(c, per_layer=False)})
