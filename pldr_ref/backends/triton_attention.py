@@ -45,6 +45,19 @@ BLOCK_M = 16
 BLOCK_N_COMPILED = 16
 BLOCK_N_INTERPRETED = 4
 
+#: The interpreter's tiles for long rows (more than :data:`LONG_ROW_KEYS` keys): the interpreter pays per tile
+#: in Python, so 4-key tiles made a 1024-key case run for over 30 minutes; 64 x 64 tiles still split such a row
+#: into at least two key tiles (the online recurrence is exercised) and are GPU-sized.
+LONG_ROW_KEYS = 64
+BLOCK_LONG_INTERPRETED = 64
+
+
+def interpreted_blocks(t: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) of an interpreted launch over ``t`` keys."""
+    if t > LONG_ROW_KEYS:
+        return BLOCK_LONG_INTERPRETED, BLOCK_LONG_INTERPRETED
+    return BLOCK_M, BLOCK_N_INTERPRETED
+
 #: Fault-injection codes of the kernel's ``FAULT`` constexpr (0 in a correct run; a nonzero code compiles a
 #: realistic kernel bug in, for the engine mutants of :mod:`pldr_ref.harness.controls.engine_mutants`).
 FAULTS = {"none": 0, "tile_off_by_one": 1, "no_rescale": 2, "mask_ignored": 3, "no_scale": 4, "g_transposed": 5,
@@ -217,7 +230,7 @@ class TritonAttentionBackend(TorchBackend):
             raise ValueError("no CUDA device for the compiled Triton kernel; set TRITON_INTERPRET=1 to run it on "
                              "the CPU in Triton's interpreter")
         self.kernel = plga_attention_kernel
-        self.block_n = BLOCK_N_INTERPRETED if os.environ.get("TRITON_INTERPRET") == "1" else BLOCK_N_COMPILED
+        self.interpreted = interpret
 
     def attention(self, q_rot: Any, g_lm: Any, k_rot: Any, v: Any, mask: Any, config: Any) -> tuple[Any, Any, Any]:
         """(scores, E, Z) from the fused kernel (a cumulative Gram's per-row G: the unfused torch code)."""
@@ -251,11 +264,12 @@ class TritonAttentionBackend(TorchBackend):
         ideal = config.mask_mode == "ideal"
         const = 0.0 if ideal else self.mask_constant(config, torch.float32 if low else compute)
         block_d = max(16, 1 << (d - 1).bit_length())
-        grid = (triton_cdiv(s, BLOCK_M), b * h)
+        block_m, block_n = interpreted_blocks(t) if self.interpreted else (BLOCK_M, BLOCK_N_COMPILED)
+        grid = (triton_cdiv(s, block_m), b * h)
         self.kernel[grid](q, g, k, vv, mask_i8, scores, e, ctx, s, t, d, h, g_batch_stride, math.sqrt(d), const,
                           HAS_MASK=mask is not None, IDEAL=ideal, LOW=low, BF16=kdt == torch.bfloat16,
                           WRITE_TRACE=True, SCORES_IN=scores_in is not None, FAULT=FAULTS[self.fault],
-                          BLOCK_M=BLOCK_M, BLOCK_N=self.block_n, BLOCK_D=block_d)
+                          BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
         return scores, e, ctx
 
 
