@@ -18,7 +18,12 @@ from engine_support import require
 require("triton")
 
 from pldr_ref.backends.torch_backend import TorchBackend  # noqa: E402
-from pldr_ref.backends.triton_attention import BLOCK_N_INTERPRETED, TritonAttentionBackend  # noqa: E402
+from pldr_ref.backends.triton_attention import (  # noqa: E402
+    BLOCK_N_INTERPRETED,
+    LONG_ROW_KEYS,
+    TritonAttentionBackend,
+    interpreted_blocks,
+)
 from pldr_ref.fixtures.case import DEFAULT_GOLDEN_DIR, iter_cases, load_case  # noqa: E402
 from pldr_ref.harness.controls.engine_mutants import ENGINE_MUTATIONS, triton_mutant  # noqa: E402
 from pldr_ref.harness.validate import FAILING_STATUSES, validate, validate_case  # noqa: E402
@@ -55,6 +60,25 @@ def test_kernel_matches_unfused_torch_attention_in_float64(backend):
     plain = TorchBackend(device="cpu").run_case(case, "float64")
     for name in ("layers.0.scores", "layers.0.E", "layers.0.ctx", "logits"):
         assert abs(fused[name] - plain[name]).max() < 1e-12, name
+
+
+#: A long-row case: more than LONG_ROW_KEYS keys, so the interpreter launches its 64 x 64 tiles.
+LONG_ROW_CASE = "model/rows_s96_half_rope_additive_mask"
+
+
+def test_long_rows_use_large_tiles_that_still_split_the_row(backend):
+    case = load_case(DEFAULT_GOLDEN_DIR / LONG_ROW_CASE)
+    t = case.inputs["token_ids"].shape[1]
+    _, block_n = interpreted_blocks(t)
+    assert t > LONG_ROW_KEYS and block_n < t  # two key tiles or more: the recurrence runs on long rows too
+    assert interpreted_blocks(LONG_ROW_KEYS) == (16, BLOCK_N_INTERPRETED)
+    fused = backend.run_case(case, "float64")
+    plain = TorchBackend(device="cpu").run_case(case, "float64")
+    for name in ("layers.0.scores", "layers.0.E", "layers.0.ctx", "logits"):
+        assert abs(fused[name] - plain[name]).max() < 1e-12, name
+    # negative control: without the running-max rescale between key tiles the long row's E is wrong
+    broken = triton_mutant("no_rescale").run_case(case, "float64")
+    assert abs(broken["layers.0.E"] - plain["layers.0.E"]).max() > 1e-3
 
 
 @pytest.mark.slow

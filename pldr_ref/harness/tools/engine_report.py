@@ -275,8 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=positive_int(MAX_JOBS), default=8,
                    help=f"tasks run side by side (processes; 1 to {MAX_JOBS}, default 8)")
     p.add_argument("--case-timeout", type=seconds, default=None, metavar="SECONDS",
-                   help="per-case time limit of every engine (default: pldr-ref validate's, 600 s; 0 = none); "
-                        "Triton's CPU interpreter needs more for the 1024-key rows on a loaded machine")
+                   help="per-case time limit of every engine (default: pldr-ref validate's, 600 s; 0 = none)")
     p.add_argument("--task", default=None, help=argparse.SUPPRESS)  # one unit of work, run by a worker process
     p.add_argument("--task-out", default=None, help=argparse.SUPPRESS)
     return run_tool(p, argv, lambda args: _run(args, argv))
