@@ -46,6 +46,7 @@ from pldr_ref.registry import (
     HEAD_ROW,
     MODEL_STAGES_AFTER,
     MODEL_STAGES_BEFORE,
+    REPLACEMENTS,
     Stage,
 )
 from pldr_ref.registry import stage as registry_stage
@@ -321,8 +322,9 @@ def ensemble_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str
 
     def run(ops: Ops) -> dict[str, np.ndarray] | None:
         if "inputs" not in memo:  # the members share the rounded inputs
+            # an output replacing an input (Output.replaces) is read in its place (registry.read_view)
             memo["inputs"] = {k: round_to(dtype, v) for k, v in inputs.items()
-                              if k in STAGE_INPUTS.get(stage, ()) or k not in LAYER_TRACE_NAMES}
+                              if k in STAGE_INPUTS.get(stage, ()) or k in REPLACEMENTS or k not in LAYER_TRACE_NAMES}
         return storage_stage(case, stage, layer, memo["inputs"], dtype, params_cache, rounded=True, ops=ops)
 
     runs = stage_runs(case, stage, layer, dtype, run)
