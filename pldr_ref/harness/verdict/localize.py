@@ -241,7 +241,8 @@ def _model_level_plan(case: Any, stages: tuple[Stage, ...], upstream: dict[str, 
                       ) -> list[tuple[str, None, dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """The plan entries of model-level ``stages`` of a forward case: each is isolated when its golden outputs and its
     inputs (``upstream``, then the golden model-level outputs, then the case's inputs) are all there; it receives its
-    declared inputs and the optional ones its body takes that are there."""
+    declared inputs, the optional ones its body takes and the outputs replacing an input (``Output.replaces``) that
+    are there."""
     g = case.outputs
 
     def value(name: str) -> np.ndarray | None:
@@ -253,7 +254,10 @@ def _model_level_plan(case: Any, stages: tuple[Stage, ...], upstream: dict[str, 
     out = []
     for st in stages:
         optional = tuple(n for n, required in st.body_inputs if not required and value(n) is not None)
-        inputs = {n: value(n) for n in (*st.inputs, *optional)}
+        # an output that stands for an input of later stages (Output.replaces) goes along: the stage reads it
+        # in that input's place (registry.read_view)
+        replacing = tuple(n for n in sorted(REPLACEMENTS) if n not in st.outputs and value(n) is not None)
+        inputs = {n: value(n) for n in (*st.inputs, *optional, *replacing)}
         if any(v is None for v in inputs.values()) or not all(o in g for o in st.outputs):
             continue
         out.append((st.name, None, inputs, {o: g[o] for o in st.outputs}))
