@@ -25,6 +25,7 @@ import pytest
 from engine_support import missing, require
 
 from pldr_ref import registry
+from pldr_ref.backends.engine_ops import runnable_stages
 from pldr_ref.fixtures.case import Case
 from pldr_ref.fixtures.runners import RUNNERS, run_kind
 from pldr_ref.harness.protocol import StageRequest, Unsupported
@@ -174,17 +175,20 @@ ENGINES: tuple[Engine, ...] = (
     _exact_engine(),
     _arb_engine(),
     backend_engine("torch-float64", _torch("pldr_ref.backends.torch_backend:TorchBackend"),
-                   "pldr_ref.backends.torch_backend", "float64", TIGHT, "torch", lambda b: b.stage_runners),
+                   "pldr_ref.backends.torch_backend", "float64", TIGHT, "torch",
+                   lambda b: runnable_stages(b.stage_runners, "torch")),
     backend_engine("torch-float32", _torch("pldr_ref.backends.torch_backend:TorchBackend"),
-                   "pldr_ref.backends.torch_backend", "float32", FLOAT32, "torch", lambda b: b.stage_runners),
+                   "pldr_ref.backends.torch_backend", "float32", FLOAT32, "torch",
+                   lambda b: runnable_stages(b.stage_runners, "torch")),
     backend_engine("numpy32", _numpy32, "pldr_ref.backends.numpy32", "float32", FLOAT32, None, None),
     backend_engine("jax-float64", _jax, "pldr_ref.backends.jax_backend", "float64", TIGHT, "jax",
-                   lambda b: __import__("pldr_ref.backends.jax_backend", fromlist=["x"]).STAGE_RUNNERS),
+                   lambda b: runnable_stages(b.stage_runners, "jax")),
     backend_engine("jax-float32", _jax, "pldr_ref.backends.jax_backend", "float32", FLOAT32, "jax",
-                   lambda b: __import__("pldr_ref.backends.jax_backend", fromlist=["x"]).STAGE_RUNNERS, slow=True),
+                   lambda b: runnable_stages(b.stage_runners, "jax"), slow=True),
     backend_engine("onnx-float32", _onnx, "pldr_ref.backends.onnx_backend", "float32", FLOAT32, "onnx", None),
     backend_engine("triton-float64", _torch("pldr_ref.backends.triton_attention:TritonAttentionBackend"),
-                   "pldr_ref.backends.torch_backend", "float64", TIGHT, "triton", lambda b: b.stage_runners),
+                   "pldr_ref.backends.torch_backend", "float64", TIGHT, "triton",
+                   lambda b: runnable_stages(b.stage_runners, "triton")),
 )
 
 OP_NAMES = [op.name for op in registry.OPS]
@@ -479,6 +483,12 @@ def test_control_a_missing_stage_entry_fails_the_stage_check():
                             TIGHT, "torch", lambda b: b.stage_runners)
     assert stage_problems(engine, "ffn") == ["no-ffn: 'ffn' is neither implemented nor declared unsupported"]
     assert stage_problems(engine, "post_ffn_norm") == []
+    # claimed through the registry-body fallback (as the matrix claims it), the missing entry runs the float64 body in
+    # torch's arithmetic, which reads a layer parameter the fallback does not hand over: refused with the reason
+    engine = backend_engine("no-ffn", lambda: NoFfn(device="cpu"), "pldr_ref.backends.torch_backend", "float64",
+                            TIGHT, "torch", lambda b: runnable_stages(b.stage_runners, "torch"))
+    problems = stage_problems(engine, "ffn")
+    assert len(problems) == 1 and "implemented but refused" in problems[0] and "lp.extra" in problems[0], problems
     # a table entry computing the wrong thing is caught by value
     class WrongFfn(TorchBackend):
         stage_runners: Mapping[str, Any] = {**STAGE_RUNNERS, "ffn": lambda b, w, c, extra, out1: (out1,)}

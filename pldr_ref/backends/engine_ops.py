@@ -24,7 +24,7 @@ from typing import Any
 from pldr_ref.constants import EPS_ADJ, EPS_LN
 from pldr_ref.harness.protocol import Unsupported
 from pldr_ref.ops import PRIMITIVES, Ops
-from pldr_ref.registry import Stage
+from pldr_ref.registry import ALL_STAGES, Stage, switch_gated_stages
 from pldr_ref.switches import added_params
 
 #: Primitives an engine's building blocks do not provide with the reference's signature: name -> why.
@@ -159,4 +159,13 @@ class _ModelParams(_Refused):
         return self._param(name)
 
 
-__all__ = ["NOT_PROVIDED", "BodyLayerParams", "EngineOps", "engine_ops", "run_body"]
+def runnable_stages(table: Mapping[str, Any], engine: str) -> tuple[str, ...]:
+    """The registry stages an engine with stage table ``table`` runs, in registry order: its entries, and every other
+    stage the switch table does not gate off for ``engine`` (a key of :data:`pldr_ref.switches.ENGINES`;
+    :func:`pldr_ref.registry.switch_gated_stages`), which it runs through its registry body (:func:`run_body`) --
+    or refuses at run time with the reason."""
+    gated = switch_gated_stages(engine)
+    return tuple(s.name for s in ALL_STAGES if s.name in table or s.name not in gated)
+
+
+__all__ = ["NOT_PROVIDED", "BodyLayerParams", "EngineOps", "engine_ops", "run_body", "runnable_stages"]
