@@ -49,16 +49,28 @@ def _engines():
 ENGINES = _engines()
 
 
-@pytest.mark.parametrize("make, table", ENGINES)
-@pytest.mark.parametrize("name", CASES)
-def test_missing_entry_runs_the_registry_body_bitwise(make, table, name):
+def _bitwise_params():
+    """(engine, case, dtype): torch on every case and dtype by default; JAX (eager, slow on a loaded machine) on
+    the layer case in float64 by default, the rest with ``-m slow``."""
+    out = []
+    for engine in ENGINES:
+        make, table = engine.values
+        for name in CASES:
+            for dtype in ("float64", "float32"):
+                slow = engine.id == "jax" and (name != CASES[1] or dtype != "float64")
+                out.append(pytest.param(make, table, name, dtype, id=f"{engine.id}-{name}-{dtype}",
+                                        marks=[pytest.mark.slow] if slow else []))
+    return out
+
+
+@pytest.mark.parametrize("make, table, name, dtype", _bitwise_params())
+def test_missing_entry_runs_the_registry_body_bitwise(make, table, name, dtype):
     case = case_named(name)
     full, fallback = make(), make()
     fallback.stage_runners = _without(table, "density_operator")
-    for dtype in ("float64", "float32"):
-        want, got = full.run_case(case, dtype), fallback.run_case(case, dtype)
-        assert sorted(got) == sorted(want)
-        assert [k for k in want if not np.array_equal(want[k], got[k], equal_nan=True)] == [], dtype
+    want, got = full.run_case(case, dtype), fallback.run_case(case, dtype)
+    assert sorted(got) == sorted(want)
+    assert [k for k in want if not np.array_equal(want[k], got[k], equal_nan=True)] == []
 
 
 @pytest.mark.parametrize("make, table", ENGINES)
