@@ -551,19 +551,20 @@ if __name__ == "__main__":
 
 
 def test_layer_trace_names_have_one_source():
-    """The 18 trace names of a layer are pldr_ref.layer.LAYER_STAGES in every engine (the decoder_layer samples
-    above check the names each engine returns against the float64 trace)."""
+    """The trace names of a layer are pldr_ref.layer.LAYER_TRACE_NAMES in every engine (the 18 of LAYER_STAGES and an
+    optional stage's outputs, in forward order; the decoder_layer samples above check the names each engine returns
+    against the float64 trace)."""
     from pldr_ref.backends import numpy32
     from pldr_ref.exact import layer as exact_layer
     from pldr_ref.export import onnx_graph
-    from pldr_ref.layer import LAYER_STAGES
+    from pldr_ref.layer import LAYER_TRACE_NAMES
 
-    assert onnx_graph.LAYER_OUTPUTS is LAYER_STAGES
-    assert numpy32.LAYER_STAGES is LAYER_STAGES and exact_layer.LAYER_STAGES is LAYER_STAGES
+    assert onnx_graph.LAYER_OUTPUTS is LAYER_TRACE_NAMES
+    assert numpy32.LAYER_TRACE_NAMES is LAYER_TRACE_NAMES and exact_layer.LAYER_TRACE_NAMES is LAYER_TRACE_NAMES
     if missing("torch") is None:
         from pldr_ref.backends import torch_backend
 
-        assert torch_backend.LAYER_ENTRIES is LAYER_STAGES
+        assert torch_backend.LAYER_ENTRIES is LAYER_TRACE_NAMES
     # the engines' layers walk the registry's stages (pldr_ref.backends.stage_walk): their stage tables name
     # registry stages only, so every trace name they return is a registry output
     from pldr_ref.registry import ALL_STAGES

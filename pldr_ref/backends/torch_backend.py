@@ -41,7 +41,7 @@ from pldr_ref.backends.torch_cases import GENERATION_MODES, HF_IGNORE_INDEX, Tor
 from pldr_ref.backends.torch_math import TorchMath
 from pldr_ref.env_vars import read_env
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
-from pldr_ref.layer import LAYER_STAGES
+from pldr_ref.layer import LAYER_TRACE_NAMES
 from pldr_ref.params import FIXED_G_KEY, Params
 from pldr_ref.registry import ALL_STAGES, Stage, op_kinds, read_view
 from pldr_ref.switches import declared_switches
@@ -71,7 +71,7 @@ ATTENTION_CORE = ("attention_scores", "masked_softmax", "value_mix")
 PARAMS_CACHE_SIZE = 4
 
 #: Trace entries of one layer, in forward order (the golden names ``layers.{l}.{entry}``).
-LAYER_ENTRIES = LAYER_STAGES
+LAYER_ENTRIES = LAYER_TRACE_NAMES
 
 
 class StageWeights:
