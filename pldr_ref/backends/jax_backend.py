@@ -139,9 +139,10 @@ def body_runner(stage: Stage) -> Any:
 
 #: Registry stage -> its JAX computation ``runner(backend, P, config, inputs, *stage_inputs)``: ``stage_inputs``
 #: are the stage's registry inputs (``Stage.inputs``, in order), ``inputs`` every value of the request (for the
-#: optional mask and Gram offset); it returns the stage's outputs in ``Stage.outputs`` order.  Every stage of the
-#: committed registry has an entry (``tests/test_engine_registry.py``); a stage added later without one runs its
-#: registry body in the backend's arithmetic (:func:`body_runner`, :meth:`JaxBackend.stage_runner`).
+#: optional mask and Gram offset); it returns the stage's outputs in ``Stage.outputs`` order.  Each stage of the
+#: registry runs its entry here (today every stage has one); a stage without one (added with only its float64 body)
+#: runs that body in the backend's arithmetic (:func:`body_runner`, :meth:`JaxBackend.stage_runner`);
+#: ``tests/test_engine_registry.py`` runs both kinds.
 STAGE_RUNNERS: dict[str, Any] = {
     "sequence_mask": _sequence_mask,
     "embedding": lambda b, P, c, i, ids: (b.embed(P, c, ids),),

@@ -140,8 +140,13 @@ def body_runner(stage: Stage) -> Any:
     the optional values its body takes, as tensors in the compute dtype; refused (``Unsupported``, with the reason)
     when the body needs more than the backend's primitives and arrays."""
     def run(b: TorchBackend, w: StageWeights, c: Any, extra: StageExtras, *inputs: Any) -> tuple[Any, ...]:
-        values = {n: extra.mask() if n == "mask" else extra.tensor(n) for n, _ in stage.body_inputs
-                  if extra.raw(n) is not None}
+        def value(n: str) -> Any:  # arrays as tensors in the compute dtype; other values (a table object) as given
+            raw = extra.raw(n)
+            if n == "mask":
+                return extra.mask()
+            return extra.tensor(n) if isinstance(raw, np.ndarray | b.torch.Tensor) else raw
+
+        values = {n: value(n) for n, _ in stage.body_inputs if extra.raw(n) is not None}
         values.update(zip(stage.inputs, inputs, strict=True))
         return run_body(b.name, stage, b.ops, c, values, param=w, is_array=lambda v: isinstance(v, b.torch.Tensor))
     return run
@@ -149,9 +154,9 @@ def body_runner(stage: Stage) -> Any:
 
 #: Registry stage -> its torch computation ``runner(backend, weights, config, extras, *inputs)``: ``inputs`` are
 #: the stage's registry inputs (``Stage.inputs``, in order, as tensors in the compute dtype); it returns the
-#: stage's outputs in ``Stage.outputs`` order.  Every stage of the committed registry has an entry
-#: (``tests/test_engine_registry.py``); a stage added later without one runs its registry body in the backend's
-#: arithmetic (:func:`body_runner`, :meth:`TorchBackend.stage_runner`).
+#: stage's outputs in ``Stage.outputs`` order.  Each stage of the registry runs its entry here (today every stage
+#: has one); a stage without one (added with only its float64 body) runs that body in the backend's arithmetic
+#: (:func:`body_runner`, :meth:`TorchBackend.stage_runner`); ``tests/test_engine_registry.py`` runs both kinds.
 STAGE_RUNNERS: dict[str, Any] = {
     "sequence_mask": _sequence_mask,
     "embedding": lambda b, w, c, extra, ids: (b.embed(w.all, c, ids),),
