@@ -91,7 +91,7 @@ class _Refused:
     """A body role the fallback cannot give (the engine's parameters beyond what it hands over)."""
 
     def __init__(self, why: str) -> None:
-        object.__setattr__(self, "_why", why)
+        self._why = why
 
     def __getattr__(self, name: str) -> Any:
         raise Unsupported(f"{self._why} (it reads .{name})")
@@ -106,7 +106,7 @@ class BodyLayerParams(_Refused):
 
     def __init__(self, extra: Mapping[str, Any], why: str) -> None:
         super().__init__(why)
-        object.__setattr__(self, "extra", MappingProxyType(dict(extra)))
+        self.extra = MappingProxyType(dict(extra))
 
 
 def run_body(engine: str, stage: Stage, ops: Ops, config: Any, values: Mapping[str, Any], *,
@@ -153,7 +153,7 @@ class _ModelParams(_Refused):
 
     def __init__(self, param: Callable[[str], Any], where: str) -> None:
         super().__init__(f"{where}, which reads the model's parameters as attributes")
-        object.__setattr__(self, "_param", param)
+        self._param = param
 
     def __getitem__(self, name: str) -> Any:
         return self._param(name)
