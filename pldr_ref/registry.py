@@ -99,7 +99,10 @@ class Output:
     the layer uses a frozen value instead of computing it (its stage is then not isolated); cache: where a cached
     generation keeps it (:class:`CacheUse`); weights: the attention weights, where a dtype's unresolvability starts
     to propagate and the only output whose fully masked rows an isolated run cannot represent; aliases: other names
-    of the same value in a case's outputs (the new rows' logits of a cached step).
+    of the same value in a case's outputs (the new rows' logits of a cached step); replaces: a trace entry written
+    by an earlier stage that every later stage reads as this output instead, when this output exists (a stage that
+    transforms a value in the data flow -- a QK-norm's normalized q for ``q`` -- so that the later stages and every
+    engine's entries for them need no edit: :func:`read_view`).
     """
 
     name: str
@@ -109,6 +112,7 @@ class Output:
     cache: CacheUse | None = None
     weights: bool = False
     aliases: tuple[str, ...] = ()
+    replaces: str | None = None
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -183,6 +187,7 @@ class Stage:
         missing = [n for n, required in self.body_inputs if required and n not in inputs]
         if missing:
             raise KeyError(f"stage {self.name!r} needs inputs {missing}; got {sorted(inputs)}")
+        inputs = read_view(inputs, self)
         roles = {"params": params, "config": config, "ops": ops}
         if "lp" in self.body_roles:
             roles["lp"] = params.layer(layer)
@@ -271,6 +276,45 @@ FORWARD_STAGES: tuple[Stage, ...] = (
 #: Every stage the harness can isolate, in the order it walks them.
 ALL_STAGES: tuple[Stage, ...] = (*STRUCTURE_STAGES, *FORWARD_STAGES)
 
+
+
+def _replacements(stages: tuple[Stage, ...]) -> dict[str, tuple[int, str]]:
+    """{replaced trace entry: (index in ``stages`` of the stage writing its replacement, the replacement's name)}
+    (:attr:`Output.replaces`)."""
+    out: dict[str, tuple[int, str]] = {}
+    for i, s in enumerate(stages):
+        for o in s.flow:
+            if o.replaces is not None:
+                if o.replaces in out:
+                    raise ValueError(f"trace entry {o.replaces!r} is replaced twice ({out[o.replaces][1]!r}, "
+                                     f"{o.name!r})")
+                out[o.replaces] = (i, o.name)
+    return out
+
+
+#: {replaced trace entry: (index in :data:`FORWARD_STAGES` of the stage writing the replacement, its name)}.
+REPLACED_BY: dict[str, tuple[int, str]] = _replacements(FORWARD_STAGES)
+_FORWARD_INDEX: dict[str, int] = {s.name: i for i, s in enumerate(FORWARD_STAGES)}
+#: The names of the outputs that replace an entry for later stages (:attr:`Output.replaces`).
+REPLACEMENTS: frozenset[str] = frozenset(name for _, name in REPLACED_BY.values())
+
+
+def read_view(values: Mapping[str, Any], stage: Stage) -> Mapping[str, Any]:
+    """``values`` as ``stage`` reads them: an entry another output replaces (:attr:`Output.replaces`) reads as that
+    output when it is there (not None) and its stage precedes ``stage`` in forward order.  Every stage input
+    passes here -- :meth:`Stage.run` and the engines' stage walk and isolated stages
+    (:mod:`pldr_ref.backends.stage_walk`) -- so a stage that replaces a value edits no later stage.  Returns
+    ``values`` itself when nothing is replaced."""
+    at = _FORWARD_INDEX.get(stage.name) if REPLACED_BY else None
+    return values if at is None else read_at(values, at, REPLACED_BY)
+
+
+def read_at(values: Mapping[str, Any], at: int, replaced_by: Mapping[str, tuple[int, str]]) -> Mapping[str, Any]:
+    """:func:`read_view` for the stage at index ``at`` of the stages ``replaced_by`` indexes
+    (:func:`_replacements`): each replaced entry reads as its replacement when that is there (not None) and written
+    by a stage before ``at``."""
+    swap = {n: values[r] for n, (i, r) in replaced_by.items() if i < at and values.get(r) is not None}
+    return {**values, **swap} if swap else values
 
 
 def check_declared(stages: tuple[Stage, ...]) -> None:

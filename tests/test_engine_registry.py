@@ -25,6 +25,7 @@ import pytest
 from engine_support import missing, require
 
 from pldr_ref import registry
+from pldr_ref.backends.engine_ops import runnable_stages
 from pldr_ref.fixtures.case import Case
 from pldr_ref.fixtures.runners import RUNNERS, run_kind
 from pldr_ref.harness.protocol import StageRequest, Unsupported
@@ -174,17 +175,20 @@ ENGINES: tuple[Engine, ...] = (
     _exact_engine(),
     _arb_engine(),
     backend_engine("torch-float64", _torch("pldr_ref.backends.torch_backend:TorchBackend"),
-                   "pldr_ref.backends.torch_backend", "float64", TIGHT, "torch", lambda b: b.stage_runners),
+                   "pldr_ref.backends.torch_backend", "float64", TIGHT, "torch",
+                   lambda b: runnable_stages(b.stage_runners, "torch")),
     backend_engine("torch-float32", _torch("pldr_ref.backends.torch_backend:TorchBackend"),
-                   "pldr_ref.backends.torch_backend", "float32", FLOAT32, "torch", lambda b: b.stage_runners),
+                   "pldr_ref.backends.torch_backend", "float32", FLOAT32, "torch",
+                   lambda b: runnable_stages(b.stage_runners, "torch")),
     backend_engine("numpy32", _numpy32, "pldr_ref.backends.numpy32", "float32", FLOAT32, None, None),
     backend_engine("jax-float64", _jax, "pldr_ref.backends.jax_backend", "float64", TIGHT, "jax",
-                   lambda b: __import__("pldr_ref.backends.jax_backend", fromlist=["x"]).STAGE_RUNNERS),
+                   lambda b: runnable_stages(b.stage_runners, "jax")),
     backend_engine("jax-float32", _jax, "pldr_ref.backends.jax_backend", "float32", FLOAT32, "jax",
-                   lambda b: __import__("pldr_ref.backends.jax_backend", fromlist=["x"]).STAGE_RUNNERS, slow=True),
+                   lambda b: runnable_stages(b.stage_runners, "jax"), slow=True),
     backend_engine("onnx-float32", _onnx, "pldr_ref.backends.onnx_backend", "float32", FLOAT32, "onnx", None),
     backend_engine("triton-float64", _torch("pldr_ref.backends.triton_attention:TritonAttentionBackend"),
-                   "pldr_ref.backends.torch_backend", "float64", TIGHT, "triton", lambda b: b.stage_runners),
+                   "pldr_ref.backends.torch_backend", "float64", TIGHT, "triton",
+                   lambda b: runnable_stages(b.stage_runners, "triton")),
 )
 
 OP_NAMES = [op.name for op in registry.OPS]
@@ -479,6 +483,12 @@ def test_control_a_missing_stage_entry_fails_the_stage_check():
                             TIGHT, "torch", lambda b: b.stage_runners)
     assert stage_problems(engine, "ffn") == ["no-ffn: 'ffn' is neither implemented nor declared unsupported"]
     assert stage_problems(engine, "post_ffn_norm") == []
+    # claimed through the registry-body fallback (as the matrix claims it), the missing entry runs the float64 body in
+    # torch's arithmetic, which reads a layer parameter the fallback does not hand over: refused with the reason
+    engine = backend_engine("no-ffn", lambda: NoFfn(device="cpu"), "pldr_ref.backends.torch_backend", "float64",
+                            TIGHT, "torch", lambda b: runnable_stages(b.stage_runners, "torch"))
+    problems = stage_problems(engine, "ffn")
+    assert len(problems) == 1 and "implemented but refused" in problems[0] and "lp.extra" in problems[0], problems
     # a table entry computing the wrong thing is caught by value
     class WrongFfn(TorchBackend):
         stage_runners: Mapping[str, Any] = {**STAGE_RUNNERS, "ffn": lambda b, w, c, extra, out1: (out1,)}
@@ -541,19 +551,20 @@ if __name__ == "__main__":
 
 
 def test_layer_trace_names_have_one_source():
-    """The 18 trace names of a layer are pldr_ref.layer.LAYER_STAGES in every engine (the decoder_layer samples
-    above check the names each engine returns against the float64 trace)."""
+    """The trace names of a layer are pldr_ref.layer.LAYER_TRACE_NAMES in every engine (the 18 of LAYER_STAGES and an
+    optional stage's outputs, in forward order; the decoder_layer samples above check the names each engine returns
+    against the float64 trace)."""
     from pldr_ref.backends import numpy32
     from pldr_ref.exact import layer as exact_layer
     from pldr_ref.export import onnx_graph
-    from pldr_ref.layer import LAYER_STAGES
+    from pldr_ref.layer import LAYER_TRACE_NAMES
 
-    assert onnx_graph.LAYER_OUTPUTS is LAYER_STAGES
-    assert numpy32.LAYER_STAGES is LAYER_STAGES and exact_layer.LAYER_STAGES is LAYER_STAGES
+    assert onnx_graph.LAYER_OUTPUTS is LAYER_TRACE_NAMES
+    assert numpy32.LAYER_TRACE_NAMES is LAYER_TRACE_NAMES and exact_layer.LAYER_TRACE_NAMES is LAYER_TRACE_NAMES
     if missing("torch") is None:
         from pldr_ref.backends import torch_backend
 
-        assert torch_backend.LAYER_ENTRIES is LAYER_STAGES
+        assert torch_backend.LAYER_ENTRIES is LAYER_TRACE_NAMES
     # the engines' layers walk the registry's stages (pldr_ref.backends.stage_walk): their stage tables name
     # registry stages only, so every trace name they return is a registry output
     from pldr_ref.registry import ALL_STAGES

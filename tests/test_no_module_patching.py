@@ -31,6 +31,7 @@ PACKAGE = Path(pldr_ref.__file__).parent
 SETATTR_NOT_ON_MODULES = {
     ("harness/pytest_plugin.py", "config"),  # the pytest Config object (the backend chosen on the command line)
     ("adapters/torch_recorder.py", "clone"),  # a copy of a recorded torch value being rebuilt
+    ("backends/engine_ops.py", "self"),  # an EngineOps instance's own primitives, set in its __init__
 }
 
 

@@ -29,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from pldr_ref.backends.engine_ops import EngineOps, engine_ops, run_body
 from pldr_ref.backends.stage_walk import LayerCache, walk_layer, walk_model
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
 from pldr_ref.params import FIXED_G_KEY, Params
-from pldr_ref.registry import ALL_STAGES, OPS_BY_NAME, Stage
+from pldr_ref.registry import ALL_STAGES, OPS_BY_NAME, Stage, read_view
 from pldr_ref.switches import ENGINE_SWITCHES, declared_switches
 
 #: Harness dtype names this backend computes in.
@@ -123,10 +124,25 @@ def _post_norm(norm: str) -> Any:
     return run
 
 
+def body_runner(stage: Stage) -> Any:
+    """The runner of a stage without an entry in the table: the registry's float64 body in the backend's own
+    arithmetic (:func:`pldr_ref.backends.engine_ops.run_body`, :attr:`JaxBackend.ops`; traced like every entry),
+    on the stage's inputs and the optional values its body takes; refused (``Unsupported``, with the reason) when
+    the body needs more than the backend's primitives and arrays."""
+    def run(b: JaxBackend, P: Mapping[str, Any], c: Any, i: Mapping[str, Any], *inputs: Any) -> tuple[Any, ...]:
+        values = {n: i[n] for n, _ in stage.body_inputs if i.get(n) is not None}
+        values.update(zip(stage.inputs, inputs, strict=True))
+        return run_body("jax", stage, b.ops, c, values, param=lambda name: P[name],
+                        is_array=lambda v: isinstance(v, b.jax.Array))
+    return run
+
+
 #: Registry stage -> its JAX computation ``runner(backend, P, config, inputs, *stage_inputs)``: ``stage_inputs``
 #: are the stage's registry inputs (``Stage.inputs``, in order), ``inputs`` every value of the request (for the
-#: optional mask and Gram offset); it returns the stage's outputs in ``Stage.outputs`` order.  Every registry
-#: stage has an entry (``tests/test_engine_registry.py``).
+#: optional mask and Gram offset); it returns the stage's outputs in ``Stage.outputs`` order.  Each stage of the
+#: registry runs its entry here (today every stage has one); a stage without one (added with only its float64 body)
+#: runs that body in the backend's arithmetic (:func:`body_runner`, :meth:`JaxBackend.stage_runner`);
+#: ``tests/test_engine_registry.py`` runs both kinds.
 STAGE_RUNNERS: dict[str, Any] = {
     "sequence_mask": _sequence_mask,
     "embedding": lambda b, P, c, i, ids: (b.embed(P, c, ids),),
@@ -181,6 +197,13 @@ class JaxBackend:
         self._stage = compiled(self.stage, "name", "c", "dt")
         self._op = compiled(self.op, "kind", "dt", "args")
         self._params_cache: dict[tuple[int, str], tuple[Params, dict[str, Any]]] = {}
+        #: This backend's arithmetic as an Ops: what a registry body without a table entry computes with.
+        self.ops: EngineOps = engine_ops("jax", self)
+
+    def stage_runner(self, stage: Stage) -> Any:
+        """The computation of ``stage``: its entry of :attr:`stage_runners`, else its registry body in this
+        backend's arithmetic (:func:`body_runner`)."""
+        return self.stage_runners.get(stage.name) or body_runner(stage)
 
     # ------------------------------------------------------------------ protocol
     def capabilities(self) -> Capabilities:
@@ -518,7 +541,7 @@ class JaxBackend:
         """``run(stage, values)`` of the stage walk: the stage's entry of :attr:`stage_runners` on its registry
         inputs read from ``values`` (``values`` also gives the optional mask and Gram offset)."""
         def run(stage: Stage, values: Mapping[str, Any]) -> tuple[Any, ...]:
-            return self.stage_runners[stage.name](self, P, c, values, *(values[n] for n in stage.inputs))
+            return self.stage_runner(stage)(self, P, c, values, *(values[n] for n in stage.inputs))
         return run
 
     def layer_params(self, P: Mapping[str, Any], li: int) -> dict[str, Any]:
@@ -555,10 +578,10 @@ class JaxBackend:
         stage's registry inputs (``Stage.inputs``) go to its entry of :attr:`stage_runners`, whose results are
         named by the stage's registry outputs (``Stage.outputs``)."""
         stage = STAGES_BY_NAME.get(name)
-        runner = self.stage_runners.get(name)
-        if stage is None or runner is None:
+        if stage is None:
             raise Unsupported(f"stage {name!r} is not known to the JAX backend")
-        out = runner(self, P, c, i, *(i[n] for n in stage.inputs))
+        i = read_view(i, stage)  # an entry a replacing output stands for (a QK-norm's q)
+        out = self.stage_runner(stage)(self, P, c, i, *(i[n] for n in stage.inputs))
         return dict(zip(stage.outputs, out, strict=True))
 
     def op(self, P: Mapping[str, Any] | None, i: Mapping[str, Any], *, kind: str, dt: str,

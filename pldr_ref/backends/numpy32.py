@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.harness.protocol import Capabilities, Unsupported
-from pldr_ref.layer import LAYER_STAGES
+from pldr_ref.layer import LAYER_TRACE_NAMES
 from pldr_ref.model import resolve_pad_masking
 from pldr_ref.params import FIXED_G_KEY, Params
 from pldr_ref.registry import ALL_STAGES, op_kinds
@@ -229,8 +229,10 @@ class Numpy32Backend:
         out1 = layer_norm(attn_out + x, P[f"{pre}layernorm1.weight"], P[f"{pre}layernorm1.bias"], c.eps_ln)
         ffn_out = glu(out1, P, f"{pre}ffn.")
         out2 = layer_norm(ffn_out + out1, P[f"{pre}layernorm2.weight"], P[f"{pre}layernorm2.bias"], c.eps_ln)
-        vals = (x, q, k, q_rot, k_rot, v, a0, a, a_lm, a_p, g_lm, scores, e, ctx, attn_out, out1, ffn_out, out2)
-        return {n: val for n, val in zip(LAYER_STAGES, vals, strict=True) if val is not None}
+        vals = {"x": x, "q": q, "k": k, "q_rot": q_rot, "k_rot": k_rot, "v": v, "A0": a0, "A": a, "A_LM": a_lm,
+                "A_P": a_p, "G_LM": g_lm, "scores": scores, "E": e, "ctx": ctx, "attn_out": attn_out, "out1": out1,
+                "ffn_out": ffn_out, "out2": out2}
+        return {n: vals[n] for n in LAYER_TRACE_NAMES if vals.get(n) is not None}
 
     def metric_learner(self, P: Mapping[str, np.ndarray], c: Any, m: str, a0: np.ndarray) -> np.ndarray:
         """v500: Res_R(...Res_1(LN(A0))); v900: LN2(Dense(Res_R(...LN1(Dense(A0)))))."""

@@ -19,8 +19,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
-from pldr_ref.layer import LAYER_STAGES
-from pldr_ref.registry import DEPTH_LOOP, FORWARD_STAGES, FROZEN, HEAD_KEY, LAYER_FLOW, Stage
+from pldr_ref.layer import LAYER_TRACE_NAMES
+from pldr_ref.registry import DEPTH_LOOP, FORWARD_STAGES, FROZEN, HEAD_KEY, LAYER_FLOW, Stage, read_view
 
 #: The per-layer stages in forward (registry) order: the walk of one decoder layer.
 LAYER_STAGE_ORDER: tuple[Stage, ...] = tuple(s for s in FORWARD_STAGES if s.per_layer)
@@ -102,11 +102,14 @@ def walk_layer(run: Callable[[Stage, MutableMapping[str, Any]], tuple[Any, ...]]
                join_keys: Callable[[Any, Any], Any],
                after_stage: Callable[[str, MutableMapping[str, Any]], None] | None = None) -> dict[str, Any]:
     """One decoder layer: every enabled per-layer stage in registry order, run by ``run(stage, values)`` (which
-    reads the stage's inputs from ``values`` and returns its outputs in ``Stage.outputs`` order).
+    reads the stage's inputs from ``values`` and returns its outputs in ``Stage.outputs`` order).  ``run`` is handed
+    ``values`` as the stage reads them (:func:`pldr_ref.registry.read_view`: an entry a stage's output replaces,
+    such as a QK-norm's normalized q, reads as that output).
 
     ``values`` holds ``x``, ``positions`` and the optional ``mask`` on entry; ``after_stage(name, values)`` is the
     engine's glue after a stage (before cached rows are prepended); ``join_keys(past, new)`` concatenates along
-    the key axis (2).  Returns the trace entries of :data:`pldr_ref.layer.LAYER_STAGES` that exist, in that order.
+    the key axis (2).  Returns the trace entries of :data:`pldr_ref.layer.LAYER_TRACE_NAMES` that exist, in that
+    order (an optional stage's outputs included when it ran).
     """
     skip = replaced_stages(config, cache)
     for key, entries in FROZEN_ENTRIES.items():
@@ -119,14 +122,14 @@ def walk_layer(run: Callable[[Stage, MutableMapping[str, Any]], tuple[Any, ...]]
             continue
         if "G_LM" in stage.inputs and values.get("G_LM") is None:  # no PLGA parameters, no G cache
             values["G_LM"] = fixed_g()
-        values.update(zip(stage.outputs, run(stage, values), strict=True))
+        values.update(zip(stage.outputs, run(stage, read_view(values, stage)), strict=True))
         if after_stage is not None:
             after_stage(stage.name, values)
         for entry, field in PAST_ROWS.items():
             past = getattr(cache, field)
             if entry in stage.outputs and past is not None:
                 values[entry] = join_keys(past, values[entry])
-    return {n: values[n] for n in LAYER_STAGES if values.get(n) is not None}
+    return {n: values[n] for n in LAYER_TRACE_NAMES if values.get(n) is not None}
 
 
 def walk_model(run: Callable[[Stage, MutableMapping[str, Any]], tuple[Any, ...]], config: Any,
@@ -142,7 +145,7 @@ def walk_model(run: Callable[[Stage, MutableMapping[str, Any]], tuple[Any, ...]]
     for stage in MODEL_HEAD_STAGES:
         if not stage.enabled(config):
             continue
-        out = dict(zip(stage.outputs, run(stage, values), strict=True))
+        out = dict(zip(stage.outputs, run(stage, read_view(values, stage)), strict=True))
         values.update(out)
         trace.update(out)
     x = values[MODEL_INPUT]
@@ -154,7 +157,7 @@ def walk_model(run: Callable[[Stage, MutableMapping[str, Any]], tuple[Any, ...]]
     for stage in MODEL_TAIL_STAGES:
         if not stage.enabled(config):  # an optional model-level stage (off at its switch's default)
             continue
-        out = dict(zip(stage.outputs, run(stage, values), strict=True))
+        out = dict(zip(stage.outputs, run(stage, read_view(values, stage)), strict=True))
         values.update(out)
         trace.update(out)
     return trace

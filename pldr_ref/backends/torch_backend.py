@@ -35,14 +35,15 @@ from typing import Any
 
 import numpy as np
 
+from pldr_ref.backends.engine_ops import EngineOps, engine_ops, run_body
 from pldr_ref.backends.stage_walk import LayerCache, walk_layer, walk_model
 from pldr_ref.backends.torch_cases import GENERATION_MODES, HF_IGNORE_INDEX, TorchCases
 from pldr_ref.backends.torch_math import TorchMath
 from pldr_ref.env_vars import read_env
 from pldr_ref.harness.protocol import Capabilities, StageRequest, Unsupported
-from pldr_ref.layer import LAYER_STAGES
+from pldr_ref.layer import LAYER_TRACE_NAMES
 from pldr_ref.params import FIXED_G_KEY, Params
-from pldr_ref.registry import ALL_STAGES, Stage, op_kinds
+from pldr_ref.registry import ALL_STAGES, Stage, op_kinds, read_view
 from pldr_ref.switches import declared_switches
 
 #: Every op kind of the fixture suite that this backend runs (plus ``decoder_layer``, ``forward``).
@@ -70,7 +71,7 @@ ATTENTION_CORE = ("attention_scores", "masked_softmax", "value_mix")
 PARAMS_CACHE_SIZE = 4
 
 #: Trace entries of one layer, in forward order (the golden names ``layers.{l}.{entry}``).
-LAYER_ENTRIES = LAYER_STAGES
+LAYER_ENTRIES = LAYER_TRACE_NAMES
 
 
 class StageWeights:
@@ -133,9 +134,29 @@ def _post_norm(norm: str) -> Any:
     return run
 
 
+def body_runner(stage: Stage) -> Any:
+    """The runner of a stage without an entry in the table: the registry's float64 body in the backend's own
+    arithmetic (:func:`pldr_ref.backends.engine_ops.run_body`, :attr:`TorchBackend.ops`), on the stage's inputs and
+    the optional values its body takes, as tensors in the compute dtype; refused (``Unsupported``, with the reason)
+    when the body needs more than the backend's primitives and arrays."""
+    def run(b: TorchBackend, w: StageWeights, c: Any, extra: StageExtras, *inputs: Any) -> tuple[Any, ...]:
+        def value(n: str) -> Any:  # arrays as tensors in the compute dtype; other values (a table object) as given
+            raw = extra.raw(n)
+            if n == "mask":
+                return extra.mask()
+            return extra.tensor(n) if isinstance(raw, np.ndarray | b.torch.Tensor) else raw
+
+        values = {n: value(n) for n, _ in stage.body_inputs if extra.raw(n) is not None}
+        values.update(zip(stage.inputs, inputs, strict=True))
+        return run_body(b.name, stage, b.ops, c, values, param=w, is_array=lambda v: isinstance(v, b.torch.Tensor))
+    return run
+
+
 #: Registry stage -> its torch computation ``runner(backend, weights, config, extras, *inputs)``: ``inputs`` are
 #: the stage's registry inputs (``Stage.inputs``, in order, as tensors in the compute dtype); it returns the
-#: stage's outputs in ``Stage.outputs`` order.  Every registry stage has an entry (``tests/test_engine_registry.py``).
+#: stage's outputs in ``Stage.outputs`` order.  Each stage of the registry runs its entry here (today every stage
+#: has one); a stage without one (added with only its float64 body) runs that body in the backend's arithmetic
+#: (:func:`body_runner`, :meth:`TorchBackend.stage_runner`); ``tests/test_engine_registry.py`` runs both kinds.
 STAGE_RUNNERS: dict[str, Any] = {
     "sequence_mask": _sequence_mask,
     "embedding": lambda b, w, c, extra, ids: (b.embed(w.all, c, ids),),
@@ -197,6 +218,13 @@ class TorchBackend(TorchCases, TorchMath):
             torch.set_num_threads(int(threads))
         self._params_cache: dict[tuple[int, str], tuple[Params, dict[str, Any]]] = {}
         self._mm: Any = None  # the 16-bit storage / matmul-input dtype of the current call (None: no mixing)
+        #: This backend's arithmetic as an Ops: what a registry body without a table entry computes with.
+        self.ops: EngineOps = engine_ops(self.name, self)
+
+    def stage_runner(self, stage: Stage) -> Any:
+        """The computation of ``stage``: its entry of :attr:`stage_runners`, else its registry body in this
+        backend's arithmetic (:func:`body_runner`)."""
+        return self.stage_runners.get(stage.name) or body_runner(stage)
 
     # ------------------------------------------------------------------ protocol
     def capabilities(self) -> Capabilities:
@@ -239,15 +267,16 @@ class TorchBackend(TorchCases, TorchMath):
         stage's registry inputs (``Stage.inputs``) go to its entry of :attr:`stage_runners`, whose results are
         named by the stage's registry outputs (``Stage.outputs``)."""
         stage = STAGES_BY_NAME.get(request.stage)
-        runner = self.stage_runners.get(request.stage)
-        if stage is None or runner is None:
+        if stage is None:
             raise Unsupported(f"stage {request.stage!r} is not known to the torch backend")
+        runner = self.stage_runner(stage)
         dt = self.dtype(request.dtype)
         P = self.params(request.params, dt)
         pre = "" if request.layer is None else f"decoder.dec_layers.{request.layer}."
-        extra = StageExtras(self, request.inputs, dt)
+        inputs = read_view(request.inputs, stage)  # an entry a replacing output stands for (a QK-norm's q)
+        extra = StageExtras(self, inputs, dt)
         out = runner(self, StageWeights(P, pre), request.config, extra,
-                     *(self.tensor(request.inputs[name], dt) for name in stage.inputs))
+                     *(self.tensor(inputs[name], dt) for name in stage.inputs))
         return self.numpy_dict(dict(zip(stage.outputs, out, strict=True)))
 
     # ------------------------------------------------------------------ data plumbing
@@ -362,8 +391,8 @@ class TorchBackend(TorchCases, TorchMath):
                                                   values["mask"], config)
                     fused.update(scores=scores, E=e, ctx=self.merge_heads(z))
                 return tuple(fused[o] for o in stage.outputs)
-            return self.stage_runners[stage.name](self, weights, config, StageExtras(self, values, None),
-                                                  *(values[n] for n in stage.inputs))
+            return self.stage_runner(stage)(self, weights, config, StageExtras(self, values, None),
+                                            *(values[n] for n in stage.inputs))
 
         def glue(name: str, values: dict[str, Any]) -> None:
             if name == "qkv_projection":  # layer glue: the values as the attention reads them
@@ -440,8 +469,8 @@ class TorchBackend(TorchCases, TorchMath):
         weights = StageWeights(P, "")
 
         def run(stage: Stage, values: Mapping[str, Any]) -> tuple[Any, ...]:
-            return self.stage_runners[stage.name](self, weights, c, StageExtras(self, values, None),
-                                                  *(values[n] for n in stage.inputs))
+            return self.stage_runner(stage)(self, weights, c, StageExtras(self, values, None),
+                                            *(values[n] for n in stage.inputs))
 
         pad = self.key_padding(ids, c, attention_mask, pad_masking)
         if kv is None:  # the sequence-mask stage

@@ -33,7 +33,7 @@ from pldr_ref.config import PRESETS, PLDRConfig
 from pldr_ref.exact.model import ENGINES
 from pldr_ref.exact.model import forward as exact_forward
 from pldr_ref.exact.numbers import ulp_distance
-from pldr_ref.layer import LAYER_STAGES
+from pldr_ref.layer import LAYER_TRACE_NAMES
 from pldr_ref.model import forward as float64_forward
 from pldr_ref.params import init_params, perturb_params
 from pldr_ref.progress import Progress
@@ -51,7 +51,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 DEFAULT_CONFIGS = tuple(CONFIGS)
 DEFAULT_SEEDS = (0, 1, 2)
 DEFAULT_PRESET_SEEDS = (0,)
-STAGE_ORDER = ("embed", "x0", *LAYER_STAGES, "logits")
+STAGE_ORDER = ("embed", "x0", *LAYER_TRACE_NAMES, "logits")
 
 
 def named_config(name: str) -> PLDRConfig:

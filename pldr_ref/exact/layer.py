@@ -19,7 +19,7 @@ from pldr_ref.exact import plga
 from pldr_ref.exact.numbers import mpf_exact, round_to_float32
 from pldr_ref.exact.ops import Matrix, affine, glu, layer_norm, masked_logit, softmax_row, vecmat
 from pldr_ref.exact.rope import RopeTables, rotate, round_to_float64
-from pldr_ref.layer import LAYER_STAGES
+from pldr_ref.layer import LAYER_TRACE_NAMES
 from pldr_ref.switches import require_engine_support, switch
 
 
@@ -104,12 +104,13 @@ def decoder_layer(lp: Any, x: list[Matrix], config: PLDRConfig, *, positions: li
 
     ``positions``: RoPE positions [S], or [B][S] per row (``position_ids``).
     ``mask[b][i][j]`` is True where key j is forbidden for query i; returns the trace dict
-    in :data:`pldr_ref.layer.LAYER_STAGES` order (A0/A/A_LM/A_P omitted when they do not exist).
+    in :data:`pldr_ref.layer.LAYER_TRACE_NAMES` order (A/A_LM/A_P and an optional stage's outputs omitted when
+    they do not exist).
     """
     c = config
     nh = c.num_heads
     cumulative = c.gram_mode == "cumulative"
-    t: dict[str, list] = {name: [] for name in LAYER_STAGES}
+    t: dict[str, list] = {name: [] for name in LAYER_TRACE_NAMES}
     t["x"] = x
     for b, xb in enumerate(x):
         q = split_heads([affine(r, lp.wq, lp.bq) for r in xb], nh)
@@ -162,4 +163,4 @@ def decoder_layer(lp: Any, x: list[Matrix], config: PLDRConfig, *, positions: li
         for name, val in heads.items():
             t[name].append(val)
     optional = ("A", "A_LM", "A_P")  # absent without a metric learner / with a fixed G
-    return {name: val for name, val in t.items() if not (name in optional and val[0][0] is None)}
+    return {name: val for name, val in t.items() if val and not (name in optional and val[0][0] is None)}

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.config import PLDRConfig
-from pldr_ref.layer import LAYER_STAGES
+from pldr_ref.layer import LAYER_TRACE_NAMES
 from pldr_ref.params import FIXED_G_KEY, Params
 
 #: The ONNX opset of the exported graph (LayerNormalization needs 17).
@@ -42,8 +42,8 @@ CONFIG_KEY = "pldr_ref.config"
 #: Export precisions.
 EXPORT_DTYPES = ("float32", "float16")
 
-#: Layer trace entries exposed as graph outputs (golden names ``layers.{l}.{entry}``).
-LAYER_OUTPUTS = LAYER_STAGES
+#: Layer trace entries exposed as graph outputs (golden names ``layers.{l}.{entry}``), those the graph computes.
+LAYER_OUTPUTS = LAYER_TRACE_NAMES
 
 
 def import_onnx() -> Any:

@@ -58,7 +58,7 @@ from pldr_ref.harness.verdict.localize import (
 from pldr_ref.harness.verdict.output_types import checked_outputs
 from pldr_ref.harness.verdict.representable import representable_part
 from pldr_ref.harness.verdict.unresolved_upstream import mark_unresolved_dependents
-from pldr_ref.layer import LAYER_STAGES
+from pldr_ref.layer import LAYER_TRACE_NAMES
 from pldr_ref.registry import CACHES, MODEL_OUTPUTS_AFTER, MODEL_OUTPUTS_BEFORE, output_declaration, stage_of_output
 
 CASE_STATUSES = ("pass", "fail", "error", "not_judgeable", "unsupported", "not_applicable")
@@ -156,7 +156,7 @@ def trace_sort_key(name: str) -> tuple:
         inner: tuple = (0, MODEL_OUTPUTS_BEFORE.index(parts[0]))
     elif parts[0] == "layers" and len(parts) == 3 and parts[1].isdigit():
         leaf = parts[2]
-        inner = (1, int(parts[1]), LAYER_STAGES.index(leaf) if leaf in LAYER_STAGES else 99, leaf)
+        inner = (1, int(parts[1]), LAYER_TRACE_NAMES.index(leaf) if leaf in LAYER_TRACE_NAMES else 99, leaf)
     elif parts[0] in MODEL_OUTPUTS_AFTER:
         inner = (2, MODEL_OUTPUTS_AFTER.index(parts[0]))
     else:

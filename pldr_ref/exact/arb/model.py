@@ -30,8 +30,9 @@ from pldr_ref.exact.arb import stages as st
 from pldr_ref.exact.arb.balls import accuracy_bits, ball, balls
 from pldr_ref.exact.arb.ziv import DEFAULT_MAX_PREC, PREC_STEP, Certified, Stages, certify
 from pldr_ref.inputs import validate_attention_mask, validate_token_ids
-from pldr_ref.layer import LAYER_STAGES
+from pldr_ref.layer import LAYER_STAGES, LAYER_TRACE_NAMES
 from pldr_ref.params import LayerParams, Params
+from pldr_ref.registry import FORWARD_STAGES
 from pldr_ref.switches import pinned_values
 
 #: Vocabulary rows of the LM head multiplied per ``arb_mat`` product (bounds the memory of one block).
@@ -70,9 +71,12 @@ def trace_names(config: PLDRConfig) -> list[str]:
         skip.add("A")
     if not config.uses_plga_params:
         skip |= {"A_LM", "A_P"}
+    # an optional stage's outputs (not in LAYER_STAGES) exist only when the config enables the stage
+    skip |= {n for s in FORWARD_STAGES if s.per_layer and not s.enabled(config) for n in s.outputs
+             if n not in LAYER_STAGES}
     names = ["embed", "x0"]
     for i in range(config.num_layers):
-        names += [f"layers.{i}.{s}" for s in LAYER_STAGES if s not in skip]
+        names += [f"layers.{i}.{s}" for s in LAYER_TRACE_NAMES if s not in skip]
     return [*names, "logits"]
 
 
@@ -94,7 +98,7 @@ def embedding_scale(config: PLDRConfig, rn32: st.Float32Rounder) -> Any:
 
 def decoder_layer(lp: LayerParams, x: np.ndarray, config: PLDRConfig, *, positions: list[int],
                   mask: np.ndarray | None, rn32: st.Float32Rounder) -> Iterator[tuple[str, np.ndarray]]:
-    """Yield (stage, balls) of one decoder layer in :data:`pldr_ref.layer.LAYER_STAGES` order (spec §2.3-§2.4)."""
+    """Yield (stage, balls) of one decoder layer in :data:`pldr_ref.layer.LAYER_TRACE_NAMES` order (spec §2.3-§2.4)."""
     c = config
     st.follow_accuracy(x)
     yield "x", x

@@ -46,6 +46,7 @@ from pldr_ref.registry import (
     HEAD_ROW,
     MODEL_STAGES_AFTER,
     MODEL_STAGES_BEFORE,
+    REPLACEMENTS,
     Stage,
 )
 from pldr_ref.registry import stage as registry_stage
@@ -240,7 +241,8 @@ def _model_level_plan(case: Any, stages: tuple[Stage, ...], upstream: dict[str, 
                       ) -> list[tuple[str, None, dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """The plan entries of model-level ``stages`` of a forward case: each is isolated when its golden outputs and its
     inputs (``upstream``, then the golden model-level outputs, then the case's inputs) are all there; it receives its
-    declared inputs and the optional ones its body takes that are there."""
+    declared inputs, the optional ones its body takes and the outputs replacing an input (``Output.replaces``) that
+    are there."""
     g = case.outputs
 
     def value(name: str) -> np.ndarray | None:
@@ -252,7 +254,10 @@ def _model_level_plan(case: Any, stages: tuple[Stage, ...], upstream: dict[str, 
     out = []
     for st in stages:
         optional = tuple(n for n, required in st.body_inputs if not required and value(n) is not None)
-        inputs = {n: value(n) for n in (*st.inputs, *optional)}
+        # an output that stands for an input of later stages (Output.replaces) goes along: the stage reads it
+        # in that input's place (registry.read_view)
+        replacing = tuple(n for n in sorted(REPLACEMENTS) if n not in st.outputs and value(n) is not None)
+        inputs = {n: value(n) for n in (*st.inputs, *optional, *replacing)}
         if any(v is None for v in inputs.values()) or not all(o in g for o in st.outputs):
             continue
         out.append((st.name, None, inputs, {o: g[o] for o in st.outputs}))
@@ -321,8 +326,9 @@ def ensemble_stage(case: Any, stage: str, layer: int | None, inputs: Mapping[str
 
     def run(ops: Ops) -> dict[str, np.ndarray] | None:
         if "inputs" not in memo:  # the members share the rounded inputs
+            # an output replacing an input (Output.replaces) is read in its place (registry.read_view)
             memo["inputs"] = {k: round_to(dtype, v) for k, v in inputs.items()
-                              if k in STAGE_INPUTS.get(stage, ()) or k not in LAYER_TRACE_NAMES}
+                              if k in STAGE_INPUTS.get(stage, ()) or k in REPLACEMENTS or k not in LAYER_TRACE_NAMES}
         return storage_stage(case, stage, layer, memo["inputs"], dtype, params_cache, rounded=True, ops=ops)
 
     runs = stage_runs(case, stage, layer, dtype, run)
