@@ -206,6 +206,47 @@ def _row_chunks(m: int, per_row: int) -> list[tuple[int, int]]:
     return [(r0, min(m, r0 + rows)) for r0 in range(0, m, rows)]
 
 
+class _StorageRounding:
+    """:func:`round_to_dtype` into a 16-bit storage dtype (``bfloat16``, ``float16``) of C-contiguous float64 arrays of
+    one shape, written into a caller's buffer: the steps of :func:`pldr_ref.fixtures.baselines.storage_round` (the
+    bits rounded to the dtype's significand, then the elements outside its normal range redone by the rule), bit
+    for bit, with the temporaries allocated once for the hundreds of roundings of one accumulation loop."""
+
+    def __init__(self, dtype: str, shape: tuple[int, ...]) -> None:
+        from pldr_ref.fixtures.baselines import PRECISIONS
+        from pldr_ref.format_rounding import float_format
+
+        fmt = float_format(PRECISIONS[dtype])
+        assert fmt is not None and fmt.precision < 24, dtype  # float32 rounds by the IEEE cast, not here
+        self.fmt = fmt
+        drop = 53 - fmt.precision
+        self.drop, self.half, self.keep = np.uint64(drop), np.uint64((1 << (drop - 1)) - 1), ~np.uint64((1 << drop) - 1)
+        smallest, largest = (np.array(v, dtype=np.float64).view(np.uint64)[()] for v in (fmt.smallest_normal, fmt.max))
+        self.low, self.span = smallest + np.uint64(1), largest - smallest - np.uint64(1)
+        self.mag = np.empty(shape, dtype=np.uint64)
+        self.redo = np.empty(shape, dtype=bool)
+
+    def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``round_to_dtype(x)`` written into ``out`` (float64, ``x``'s shape, not ``x``); returns ``out``."""
+        from pldr_ref.fixtures.baselines import _storage_round_each
+
+        bits, t = x.view(np.uint64), out.view(np.uint64)
+        # round to nearest even on the bits: + half an ulp - 1 + the kept last bit, then clear the dropped bits
+        np.right_shift(bits, self.drop, out=t)
+        np.bitwise_and(t, np.uint64(1), out=t)
+        np.add(t, self.half, out=t)
+        np.add(t, bits, out=t)
+        np.bitwise_and(t, self.keep, out=t)
+        # redo what is not strictly between the smallest normal and the largest finite value (wraps below)
+        np.bitwise_and(t, np.uint64(0x7FFFFFFFFFFFFFFF), out=self.mag)
+        np.subtract(self.mag, self.low, out=self.mag)
+        np.greater_equal(self.mag, self.span, out=self.redo)
+        if self.redo.any():
+            idx = np.flatnonzero(self.redo)
+            out.reshape(-1)[idx] = _storage_round_each(x.reshape(-1)[idx], self.fmt)
+        return out
+
+
 def _tiled_sums(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...], f32_acc: bool, dt: str) -> np.ndarray:
     """Sum over the tile axis of the products ``a[..., m, t, j] b[..., t, j, n]``: within each tile a running sum
     over j (the first product rounded to the accumulator, then each addition of an exact float64 product rounded:
@@ -216,6 +257,8 @@ def _tiled_sums(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...], f32_acc: b
     tile = a.shape[-1]
     p = np.empty(shape)
     acc: np.ndarray | None = None
+    rounding = None if f32_acc else _StorageRounding(dt, shape)
+    spare = None if f32_acc else np.empty(shape)
     for j in range(tile):  # one term of every tile per step
         np.multiply(a[..., :, :, j, None], b[..., :, :, j, :], out=p)  # products exact in float64
         if f32_acc:
@@ -225,7 +268,13 @@ def _tiled_sums(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...], f32_acc: b
                 np.add(p, acc, out=p)
                 acc[...] = p  # NumPy's IEEE cast: round to nearest even
         else:
-            acc = round_to_dtype(p if acc is None else acc + p, dt)
+            assert rounding is not None and spare is not None
+            if acc is not None:
+                np.add(acc, p, out=p)
+            new = rounding(p, spare)  # round_to_dtype(acc + p, dt), into the spare buffer
+            spare, acc = (p if acc is None else acc), new
+            if spare is p:
+                p = np.empty(shape)
     assert acc is not None
     total = acc[..., 0, :].copy()
     for t in range(1, acc.shape[-2]):  # partial sums of the tiles, added in order
