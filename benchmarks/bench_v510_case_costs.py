@@ -10,6 +10,10 @@ the same command measures a parent commit: ``PYTHONPATH=<a checkout of it> pytho
 ...`` (``pldr_ref.__file__`` is printed first).  Usage::
 
     python benchmarks/bench_v510_case_costs.py [--case NAME ...] [--calibrate DTYPE ...] [--layers N] [--out DIR]
+    python benchmarks/bench_v510_case_costs.py --multiply-adds
+
+``--multiply-adds`` prints, without computing anything, the multiply-adds of one member's run of each forward case
+of the suite (:func:`multiply_adds`) and their total: what a calibration's time is proportional to.
 
 Default: ``--case model/tiny_exact --case model/tiny_padded_exact --case model/small --calibrate float16
 --calibrate float32``.  Peak memory about 7 GB (110 M float64 parameters, three perturbed sets, rounded sets).
@@ -26,12 +30,31 @@ import time
 from pathlib import Path
 
 
+def multiply_adds(config, batch: int, seq: int) -> dict[str, int]:
+    """Multiply-adds of one forward run of ``batch`` x ``seq`` tokens at ``config`` (learned G, global Gram), by
+    part: the metric learner (per batch row, head and row of A0: R residual units of D GLUs, each two d_k -> A_dff
+    maps and one A_dff -> d_k map), the PLGA products (Gram, A_LM and G_LM products, Q G, scores, E V), the
+    attention projections (q, k, v, out), the FFN (three maps) and the LM head."""
+    d_model, dk, layers = config.num_heads * config.d_k, config.d_k, config.num_layers
+    rows = batch * config.num_heads * dk
+    parts = {
+        "metric_learner": rows * config.num_reslayerA * config.num_denseA * 3 * dk * config.A_dff * layers,
+        "plga": batch * config.num_heads * (seq * dk * dk + 2 * dk ** 3 + seq * dk * dk + 2 * seq * seq * dk) * layers,
+        "projections": batch * seq * d_model * d_model * 4 * layers,
+        "ffn": batch * seq * d_model * config.dff * 3 * layers,
+        "lm_head": batch * seq * d_model * config.vocab_size,
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--case", action="append", default=None, metavar="NAME", help="a forward template's name")
     p.add_argument("--calibrate", action="append", default=None, choices=("float32", "bfloat16", "float16"))
     p.add_argument("--layers", type=int, default=None, help="num_layers of the config (default: the preset's 5)")
     p.add_argument("--out", default=None, help="folder for the generated cases (default: a temporary one)")
+    p.add_argument("--multiply-adds", action="store_true", help="print each case's multiply-adds; compute nothing")
     args = p.parse_args(argv)
     import pldr_ref
     from pldr_ref.config import PLDRConfig
@@ -49,6 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pldr_ref: {pldr_ref.__file__}", flush=True)
     config = PLDRConfig.preset("v510-110m", **({"num_layers": args.layers} if args.layers else {}))
     specs, _ = instances(select_templates(None, ("forward",)), Target(config=config), 64)
+    if args.multiply_adds:
+        total = 0
+        for spec in specs:
+            batch, seq = spec.inputs()["token_ids"].shape
+            parts = multiply_adds(config, batch, seq)
+            total += parts["total"]
+            print(f"{spec.name} ({batch} x {seq}): " + ", ".join(f"{k} {v / 1e9:.2f} G" for k, v in parts.items()))
+        print(f"{len(specs)} cases: {total / 1e9:.1f} G multiply-adds per member run")
+        return 0
     specs = sorted((s for s in specs if s.name in names), key=lambda s: names.index(s.name))
     if [s.name for s in specs] != names:
         raise SystemExit(f"no forward instance named {sorted(set(names) - {s.name for s in specs})}")
