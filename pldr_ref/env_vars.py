@@ -7,7 +7,8 @@ reported as malformed or a model that "cannot be loaded" (issue 29, cause 7).
 
 =========================  ======================================================================================
 ``PLDR_REF_MEMORY_BUDGET``  size guard budget: bytes with an optional K/M/G/T suffix (powers of 1024), or ``none``
-``PLDR_REF_THREADS``        threads of the row-blocked float64 stages (1 to :data:`MAX_THREADS`)
+``PLDR_REF_THREADS``        threads of the row-blocked float64 stages and of the calibration members (1 to
+                           :data:`MAX_THREADS`)
 ``PLDR_REF_TORCH_THREADS``  ``torch.set_num_threads`` of the torch backends (1 to :data:`MAX_THREADS`)
 ``PLDR_REF_ORT_THREADS``    ONNX Runtime intra-op threads (1 to :data:`MAX_THREADS`; default 1)
 ``PLDR_REF_TORCH_DEVICE``   torch device of the torch backends (``cpu``, ``cuda``, ``cuda:N``, ``mps``, ...)

@@ -224,3 +224,58 @@ def test_a_remembered_rounded_weight_gives_the_rounded_product():
         assert np.array_equal(first, fresh) and np.array_equal(again, fresh)
         assert (ar._ROUNDED_OPERANDS.get((id(ro), "float16")) is ro) == (w is rounded)
     assert not np.array_equal(member.linear(x, raw), member.matmul(x, raw.T, y_rounded=True))
+
+
+def test_a_suite_build_perturbs_a_shared_parameter_set_once():
+    """Inside shared_perturbations (a suite build), the perturbed parameter sets of a config target's instances are
+    made once and shared: every case's files are the bytes computed without sharing; the memo holds one set per
+    perturbation, for the block only.  Negative control: the sets of two seeds differ."""
+    import importlib
+
+    build = importlib.import_module("pldr_ref.fixtures.build")  # the package's name `build` is a function
+
+    target = Target(config=TINY.replace(vocab_size=48))
+    names = ("model/tiny_padded_exact", "model/small")
+    specs = [instantiate(next(t for t in all_templates() if t.name == n), target, max_seq_len=64) for n in names]
+    alone = [build.compute_case(s)[0] for s in specs]
+    with build.shared_perturbations():
+        shared = [build.compute_case(s)[0] for s in specs]
+        memo = dict(build._PERTURBED_MEMO)
+    assert shared == alone
+    assert build._PERTURBED_MEMO is None
+    params = build.spec_params(specs[0])[0]
+    assert params is build.spec_params(specs[1])[0]  # one parameter set ...
+    seeds = build.PERTURBATION_SEEDS + ((build.FLOAT32_PERTURBATION_SEED,) if build._uses_float32(specs[0]) else ())
+    assert {(key[1], hit[0] is params) for key, hit in memo.items()} == {(s, True) for s in seeds}
+    one, two = (memo[(id(params), s, 2.0**-52)][1] for s in build.PERTURBATION_SEEDS)  # ... perturbed once per seed
+    w = next(iter(dict(params.items())))
+    assert not np.array_equal(one[w], two[w]) and np.array_equal(one[w], build._perturb(params[w], 1, f"param:{w}"))
+
+
+def test_a_weights_remembered_facts_keep_the_products_of_the_definition():
+    """The float32-product path of a float32-accumulating member reads a read-only weight's facts (float32 values,
+    smallest nonzero magnitude) once (``_OPERAND_FACTS``): where products fall below float32's normal range it
+    still takes the float64 products, so the result is the definition's, as with a writable copy.  Negative
+    control: products formed in float32 there (a fact claiming they need no check) differ."""
+    from pldr_ref.harness.policy import arithmetic as ar
+    from pldr_ref.harness.policy.ensemble import members
+
+    rng = np.random.default_rng(5)
+    member = next(m for m in members("float16") if m.internal and m.accumulate == "float32" and m.tile is None
+                  and m.order == "forward")
+    ops = ar.EmulatedOps(member, "float16")
+    # below float16's normal range: kept in float32 (range-aware); their products are float32 subnormals, added
+    # to a first product in float32's normal range (where rounding them first differs: two roundings)
+    x = rng.standard_normal((8, 64)) * 1e-20
+    w = rng.standard_normal((16, 64)) * 1e-20
+    x[:, 0], w[:, 0] = 1e-18, 1e-18
+    x, w = (baselines.storage_round(v, np.float16) for v in (x, w))
+    ro = w.copy()
+    ro.setflags(write=False)
+    want = _sum_by_the_definition(x, w.T, member, "float16")
+    for _ in range(2):  # the facts measured, then read back
+        assert np.array_equal(ops.matmul(x, ro.T, y_rounded=True), want)
+    assert ar._OPERAND_FACTS[id(ro)][0] is ro
+    assert np.array_equal(ops.matmul(x, w.T.copy(), y_rounded=True), want)
+    lying = ar._float32_running_sums(x, w.T.copy(), 64, 1, (), b_facts=(True, 1.0))
+    assert lying is not None and not np.array_equal(lying, want)

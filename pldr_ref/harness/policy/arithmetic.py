@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -194,6 +195,8 @@ def libm_float32(value: np.ndarray, fn: str, args: tuple[np.ndarray, ...], ulps:
 _ROUNDED_OPERANDS: dict[tuple[int, str], np.ndarray] = {}
 #: Most entries of :data:`_ROUNDED_OPERANDS` (oldest dropped first).
 ROUNDED_OPERAND_ENTRIES = 4096
+#: Guards :data:`_ROUNDED_OPERANDS` (members run on threads: dropping the oldest entry iterates the dict).
+_ROUNDED_LOCK = threading.Lock()
 
 
 def _row_chunks(m: int, per_row: int) -> list[tuple[int, int]]:
@@ -201,6 +204,47 @@ def _row_chunks(m: int, per_row: int) -> list[tuple[int, int]]:
     :data:`STEP_ELEMENTS` (memory bound; the values do not depend on it: every output element is summed alone)."""
     rows = max(1, STEP_ELEMENTS // max(1, per_row))
     return [(r0, min(m, r0 + rows)) for r0 in range(0, m, rows)]
+
+
+class _StorageRounding:
+    """:func:`round_to_dtype` into a 16-bit storage dtype (``bfloat16``, ``float16``) of C-contiguous float64 arrays of
+    one shape, written into a caller's buffer: the steps of :func:`pldr_ref.fixtures.baselines.storage_round` (the
+    bits rounded to the dtype's significand, then the elements outside its normal range redone by the rule), bit
+    for bit, with the temporaries allocated once for the hundreds of roundings of one accumulation loop."""
+
+    def __init__(self, dtype: str, shape: tuple[int, ...]) -> None:
+        from pldr_ref.fixtures.baselines import PRECISIONS
+        from pldr_ref.format_rounding import float_format
+
+        fmt = float_format(PRECISIONS[dtype])
+        assert fmt is not None and fmt.precision < 24, dtype  # float32 rounds by the IEEE cast, not here
+        self.fmt = fmt
+        drop = 53 - fmt.precision
+        self.drop, self.half, self.keep = np.uint64(drop), np.uint64((1 << (drop - 1)) - 1), ~np.uint64((1 << drop) - 1)
+        smallest, largest = (np.array(v, dtype=np.float64).view(np.uint64)[()] for v in (fmt.smallest_normal, fmt.max))
+        self.low, self.span = smallest + np.uint64(1), largest - smallest - np.uint64(1)
+        self.mag = np.empty(shape, dtype=np.uint64)
+        self.redo = np.empty(shape, dtype=bool)
+
+    def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``round_to_dtype(x)`` written into ``out`` (float64, ``x``'s shape, not ``x``); returns ``out``."""
+        from pldr_ref.fixtures.baselines import _storage_round_each
+
+        bits, t = x.view(np.uint64), out.view(np.uint64)
+        # round to nearest even on the bits: + half an ulp - 1 + the kept last bit, then clear the dropped bits
+        np.right_shift(bits, self.drop, out=t)
+        np.bitwise_and(t, np.uint64(1), out=t)
+        np.add(t, self.half, out=t)
+        np.add(t, bits, out=t)
+        np.bitwise_and(t, self.keep, out=t)
+        # redo what is not strictly between the smallest normal and the largest finite value (wraps below)
+        np.bitwise_and(t, np.uint64(0x7FFFFFFFFFFFFFFF), out=self.mag)
+        np.subtract(self.mag, self.low, out=self.mag)
+        np.greater_equal(self.mag, self.span, out=self.redo)
+        if self.redo.any():
+            idx = np.flatnonzero(self.redo)
+            out.reshape(-1)[idx] = _storage_round_each(x.reshape(-1)[idx], self.fmt)
+        return out
 
 
 def _tiled_sums(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...], f32_acc: bool, dt: str) -> np.ndarray:
@@ -213,6 +257,8 @@ def _tiled_sums(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...], f32_acc: b
     tile = a.shape[-1]
     p = np.empty(shape)
     acc: np.ndarray | None = None
+    rounding = None if f32_acc else _StorageRounding(dt, shape)
+    spare = None if f32_acc else np.empty(shape)
     for j in range(tile):  # one term of every tile per step
         np.multiply(a[..., :, :, j, None], b[..., :, :, j, :], out=p)  # products exact in float64
         if f32_acc:
@@ -222,7 +268,13 @@ def _tiled_sums(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...], f32_acc: b
                 np.add(p, acc, out=p)
                 acc[...] = p  # NumPy's IEEE cast: round to nearest even
         else:
-            acc = round_to_dtype(p if acc is None else acc + p, dt)
+            assert rounding is not None and spare is not None
+            if acc is not None:
+                np.add(acc, p, out=p)
+            new = rounding(p, spare)  # round_to_dtype(acc + p, dt), into the spare buffer
+            spare, acc = (p if acc is None else acc), new
+            if spare is p:
+                p = np.empty(shape)
     assert acc is not None
     total = acc[..., 0, :].copy()
     for t in range(1, acc.shape[-2]):  # partial sums of the tiles, added in order
@@ -233,18 +285,25 @@ def _tiled_sums(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...], f32_acc: b
     return total.astype(np.float64)
 
 
-def _float32_running_sums(a: np.ndarray, b: np.ndarray, tile: int, nt: int, batch: tuple[int, ...]
-                          ) -> np.ndarray | None:
+def _float32_running_sums(a: np.ndarray, b: np.ndarray, tile: int, nt: int, batch: tuple[int, ...],
+                          b_facts: tuple[bool, float | None] | None = None) -> np.ndarray | None:
     """The float32-accumulator path of :func:`matmul` when every product is exact in float32: products formed in
     float32 and added in a float32 array -- a running sum, each addition rounded once (an FMA-exact accumulation),
     first within each tile, then over the tiles, in order.  None when an operand is not a float32 value or a
-    nonzero float32 product falls below float32's normal range (then the float64-product path runs)."""
-    a32, b32 = a.astype(np.float32), b.astype(np.float32)
-    if not (np.array_equal(a32, a) and np.array_equal(b32, b)):
+    nonzero float32 product falls below float32's normal range (then the float64-product path runs).
+    ``b_facts``: :func:`_operand_facts` of an array ``b`` is a rearrangement of a part of, zero-padded (a weight:
+    known once, not measured again on every product)."""
+    a32 = a.astype(np.float32)
+    if not np.array_equal(a32, a):
         return None
+    if b_facts is None:
+        b_facts = _facts(b)
+    if not b_facts[0]:
+        return None
+    b32 = b.astype(np.float32)
     m, n = a.shape[-2], b.shape[-1]
     tiny = np.float32(np.finfo(np.float32).smallest_normal)
-    check = not _products_normal(a32, b32, float(tiny))
+    check = not _products_normal(_smallest_magnitude(a32), b_facts[1], float(tiny))
     a32 = a32.reshape(*a32.shape[:-1], nt, tile)
     b32 = b32.reshape(*b32.shape[:-2], 1, nt, tile, n)
     out = np.empty((*batch, m, n), dtype=np.float32)
@@ -268,14 +327,57 @@ def _float32_running_sums(a: np.ndarray, b: np.ndarray, tile: int, nt: int, batc
     return out.astype(np.float64)
 
 
-def _products_normal(a32: np.ndarray, b32: np.ndarray, tiny: float) -> bool:
-    """True when every nonzero product of an entry of ``a32`` and one of ``b32`` is at least ``tiny`` in magnitude
-    (the smallest nonzero magnitudes' product is; computed in float64, exact): the products need no check."""
+def _smallest_magnitude(x: np.ndarray) -> float | None:
+    """The smallest magnitude of a nonzero entry of ``x`` (None: none; NaN when ``x`` holds a NaN)."""
     with np.errstate(invalid="ignore"):
-        ma, mb = np.abs(a32[a32 != 0]), np.abs(b32[b32 != 0])
-    if ma.size == 0 or mb.size == 0:
+        mags = np.abs(x[x != 0])
+    return float(mags.min()) if mags.size else None
+
+
+def _products_normal(ma: float | None, mb: float | None, tiny: float) -> bool:
+    """True when every nonzero product of an entry of one operand and one of the other is at least ``tiny`` in
+    magnitude, given their smallest nonzero magnitudes ``ma`` and ``mb`` (:func:`_smallest_magnitude`; their
+    product, in float64, is exact for float32 operands): the products need no check."""
+    if ma is None or mb is None:
         return True
-    return float(ma.min()) * float(mb.min()) >= tiny
+    return ma * mb >= tiny
+
+
+def _facts(b: np.ndarray) -> tuple[bool, float | None]:
+    """(every entry of ``b`` is a float32 value, :func:`_smallest_magnitude` of ``b``)."""
+    b32 = b.astype(np.float32)
+    exact = bool(np.array_equal(b32, b))
+    return exact, (_smallest_magnitude(b32) if exact else None)
+
+
+#: :func:`_facts` of read-only arrays (the rounded weights), by the id of the array (held, so that its id is not
+#: reused).  A weight's float32 copy, equality check and smallest magnitude took as long as the products of the
+#: 32000-column LM head in every member's run.
+_OPERAND_FACTS: dict[int, tuple[np.ndarray, tuple[bool, float | None]]] = {}
+#: Most entries of :data:`_OPERAND_FACTS` (oldest dropped first).
+OPERAND_FACT_ENTRIES = 4096
+_FACTS_LOCK = threading.Lock()
+
+
+def _operand_facts(b: np.ndarray) -> tuple[bool, float | None] | None:
+    """:func:`_facts` of the array a read-only view ``b`` looks into (None when ``b`` is writeable or its root
+    is not a read-only float64 array), computed once per array.  Sound for ``b`` and any rearrangement of part
+    of it, zero-padded: float32 values stay float32 values, and the smallest nonzero magnitude of a part is at
+    least the whole array's (a larger one only turns the subnormal check on, never off)."""
+    root = b
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root.flags.writeable or b.flags.writeable or root.dtype != np.float64:
+        return None
+    hit = _OPERAND_FACTS.get(id(root))
+    if hit is not None and hit[0] is root:
+        return hit[1]
+    facts = _facts(root)
+    with _FACTS_LOCK:
+        if len(_OPERAND_FACTS) >= OPERAND_FACT_ENTRIES:
+            _OPERAND_FACTS.pop(next(iter(_OPERAND_FACTS)))
+        _OPERAND_FACTS[id(root)] = (root, facts)
+    return facts
 
 
 def refuse_options(primitive: Callable[..., Any], options: dict[str, Any]) -> None:
@@ -358,9 +460,10 @@ class EmulatedOps(Ops):
             return w
         r = self._operand(np.asarray(w, dtype=np.float64))
         if isinstance(w, np.ndarray) and w.dtype == np.float64 and not w.flags.writeable and np.array_equal(r, w):
-            if len(_ROUNDED_OPERANDS) >= ROUNDED_OPERAND_ENTRIES:
-                _ROUNDED_OPERANDS.pop(next(iter(_ROUNDED_OPERANDS)))
-            _ROUNDED_OPERANDS[key] = w
+            with _ROUNDED_LOCK:
+                if len(_ROUNDED_OPERANDS) >= ROUNDED_OPERAND_ENTRIES:
+                    _ROUNDED_OPERANDS.pop(next(iter(_ROUNDED_OPERANDS)))
+                _ROUNDED_OPERANDS[key] = w
             return w
         return r
 
@@ -374,6 +477,7 @@ class EmulatedOps(Ops):
         if round_operands:
             a = self._operand(a)
             b = b if y_rounded else self._operand(b)
+        b_facts = _operand_facts(b) if y_rounded else None  # a rounded weight: its facts are known
         k = a.shape[-1]
         if b.shape[-2] != k:
             raise ValueError(f"matmul: inner dimensions {a.shape} x {b.shape}")
@@ -394,7 +498,7 @@ class EmulatedOps(Ops):
         short = (dt in ("bfloat16", "float16") or (arith.tf32 and dt == "float32")) if round_operands else \
             bool(np.all(b == 1.0))  # operands of <= 12 significand bits (or a sum): products exact in float32
         if f32_acc and short:
-            fast = _float32_running_sums(a, b, tile, nt, batch)
+            fast = _float32_running_sums(a, b, tile, nt, batch, b_facts)
             if fast is not None:
                 return fast
         a = a.reshape(*a.shape[:-1], nt, tile)

@@ -123,13 +123,55 @@ def _digest(case: Any) -> str:
     return cached
 
 
+def member_threads() -> int:
+    """Threads the members of one run share (:func:`each_member`): ``PLDR_REF_THREADS`` if set, else the CPUs this
+    process may use (:func:`pldr_ref.row_blocks.worker_count`)."""
+    from pldr_ref.row_blocks import worker_count
+
+    return worker_count()
+
+
+def each_member(dtype: str, run: Callable[[Arithmetic], Any]) -> list[tuple[str, Any]]:
+    """(member name, ``run(member)``) for every member of ``members(dtype)``, in that order, the runs spread over
+    :func:`member_threads` threads.
+
+    Why threads: a member's run is elementwise NumPy over every product of every matrix multiplication (one pass
+    per tile position, :meth:`~pldr_ref.harness.policy.arithmetic.EmulatedOps.matmul`), one core's work, and NumPy
+    releases the GIL inside its loops; the members are independent, so two cores run two members at once.
+    Exactness: each run computes from the case and its member alone (the shared memos -- the rounded parameter
+    sets, the rounded weights -- hold the same values whichever thread fills them first, under a lock), so the
+    outputs are bit-identical to the runs one after another (``tests/test_harness_calibration.py``).  The runs
+    start slowest first (the members accumulating in the storage dtype), each worker taking the next member when
+    it is free; every worker runs under the caller's NumPy error state.  When a run raises (or the caller is
+    interrupted, e.g. by the per-case time limit), the members not yet started are cancelled and the call
+    re-raises once the running ones have ended."""
+    ms = members(dtype)
+    workers = min(member_threads(), len(ms))
+    if workers < 2:
+        return [(m.name, run(m)) for m in ms]
+    import concurrent.futures
+
+    err, callback = np.geterr(), np.geterrcall()
+
+    def one(m: Arithmetic) -> Any:
+        with np.errstate(call=callback, **err):
+            return run(m)
+
+    order = sorted(range(len(ms)), key=lambda i: ms[i].accumulate != "storage")  # stable: slowest first
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pldr_ref-members") as pool:
+        futures = {i: pool.submit(one, ms[i]) for i in order}
+        try:
+            return [(m.name, futures[i].result()) for i, m in enumerate(ms)]
+        except BaseException:
+            for f in futures.values():
+                f.cancel()
+            raise
+
+
 def case_runs(case: Any, dtype: str) -> list[tuple[str, dict[str, np.ndarray] | None]]:
     """(member name, outputs) of every member's run of ``case`` in ``dtype`` (None: no run for this kind)."""
     def compute() -> list[tuple[str, dict[str, np.ndarray] | None]]:
-        out = []
-        for m in members(dtype):
-            out.append((m.name, storage_outputs(case, dtype, arithmetic_ops(m, dtype))))
-        return out
+        return each_member(dtype, lambda m: storage_outputs(case, dtype, arithmetic_ops(m, dtype)))
 
     return _memo(("case", _digest(case), dtype), compute)
 
@@ -140,10 +182,7 @@ def stage_runs(case: Any, stage: str, layer: int | None, dtype: str,
     member's arithmetic)."""
 
     def compute() -> list[tuple[str, dict[str, np.ndarray] | None]]:
-        out = []
-        for m in members(dtype):
-            out.append((m.name, run(arithmetic_ops(m, dtype))))
-        return out
+        return each_member(dtype, lambda m: run(arithmetic_ops(m, dtype)))
 
     return _memo(("stage", _digest(case), dtype, stage, layer), compute)
 
