@@ -3,8 +3,9 @@ order, for a chained trial), checked on a temporary git index in a fraction of a
 patches and to the command that measures them.  Counting and running a trial's tests is
 ``python benchmarks/stage_trials/measure.py [--run-tests]`` (the slow test below runs the counts).
 
-Skipped outside a git checkout: CI runs the suite from a ``git archive`` copy, which has no ``.git`` (the patches are
-diffs against HEAD, so there is nothing to apply them to).
+Outside a git checkout (CI runs the suite from a ``git archive`` copy, which has no ``.git`` but holds HEAD's
+files) the patches are checked against the files on disk instead (``measure.check_applies_to_files``); only the
+slow count, which makes git worktrees, needs a checkout.
 """
 
 from __future__ import annotations
@@ -34,22 +35,36 @@ needs_git = pytest.mark.skipif(not measure.is_git_checkout(ROOT),
                                       "trial patches are diffs against HEAD")
 
 
-@needs_git
 @pytest.mark.parametrize("trial", measure.TRIALS, ids=[t.key for t in measure.TRIALS])
 def test_every_trial_patch_applies_to_head(trial):
-    measure.check_applies(trial.patches)
+    measure.check_trial_applies(trial.patches)
 
 
-@needs_git
-def test_negative_control_a_stale_patch_is_reported(tmp_path):
+@pytest.mark.parametrize("check", [measure.check_trial_applies, measure.check_applies_to_files],
+                         ids=["here", "files"])
+def test_negative_control_a_stale_patch_is_reported(tmp_path, check):
     """A patch whose context no longer matches HEAD fails the check with git's message naming the file."""
     text = (measure.HERE / "c_final_norm.patch").read_text(encoding="utf-8")
     line = '           inputs=("out1",), body=layer.ffn),'
     stale = text.replace(line, line.replace("layer.ffn", "layer.glu"), 1)
     assert stale != text
     (tmp_path / "stale.patch").write_text(stale, encoding="utf-8")
-    with pytest.raises(measure.PatchError, match=r"stale\.patch no longer applies to HEAD.*registry\.py"):
-        measure.check_applies(("stale.patch",), folder=tmp_path)
+    with pytest.raises(measure.PatchError, match=r"stale\.patch no longer applies to .*registry\.py"):
+        check(("stale.patch",), folder=tmp_path)
+
+
+def test_the_files_check_works_in_a_copy_without_git(tmp_path):
+    """A ``git archive``-like copy of the files the patches touch (no .git): the patches apply there, and the
+    copy is left untouched."""
+    patches = measure.TRIALS[1].patches  # the chained trial
+    for rel in measure.patched_paths(patches):
+        if (ROOT / rel).is_file():
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_bytes((ROOT / rel).read_bytes())
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert not measure.is_git_checkout(tmp_path)
+    measure.check_applies_to_files(patches, root=tmp_path)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
 def test_every_patch_is_a_trial_and_the_docs_point_to_them():

@@ -116,6 +116,49 @@ def check_applies(patches: tuple[str, ...], root: Path = ROOT, folder: Path = HE
                 raise PatchError(f"{p} no longer applies to HEAD{after}: {exc}") from None
 
 
+def patched_paths(patches: tuple[str, ...], folder: Path = HERE) -> list[str]:
+    """The repository paths ``patches`` change or add (their ``diff --git a/X b/Y`` headers), in order."""
+    paths: list[str] = []
+    for p in patches:
+        for line in (folder / p).read_text(encoding="utf-8").splitlines():
+            if line.startswith("diff --git a/"):
+                a, _, b = line[len("diff --git a/"):].partition(" b/")
+                paths += [x for x in (a, b) if x not in paths]
+    return paths
+
+
+def check_applies_to_files(patches: tuple[str, ...], root: Path = ROOT, folder: Path = HERE) -> None:
+    """Raise :class:`PatchError` unless ``patches`` apply in order to the files under ``root`` as they are on disk.
+
+    Why: CI runs from a ``git archive`` copy, which has no ``.git`` but holds HEAD's files; the files the patches
+    touch are copied into a scratch folder and patched there with ``git apply`` (which needs no repository), so
+    ``root`` is never touched.  ``GIT_CEILING_DIRECTORIES`` keeps git from taking an enclosing repository for the
+    scratch folder's."""
+    if shutil.which("git") is None:
+        raise RuntimeError("git is not installed: `git apply` checks the trial patches")
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp) / "tree"
+        for rel in patched_paths(patches, folder):
+            if (root / rel).is_file():
+                (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(root / rel, scratch / rel)
+        scratch.mkdir(exist_ok=True)
+        env = {**os.environ, "GIT_CEILING_DIRECTORIES": tmp}
+        for i, p in enumerate(patches):
+            try:
+                git("apply", "--check", str(folder / p), cwd=scratch, env=env)
+                git("apply", str(folder / p), cwd=scratch, env=env)
+            except RuntimeError as exc:
+                after = f" after {', '.join(patches[:i])}" if i else ""
+                raise PatchError(f"{p} no longer applies to the files of {root}{after}: {exc}") from None
+
+
+def check_trial_applies(patches: tuple[str, ...], root: Path = ROOT, folder: Path = HERE) -> None:
+    """:func:`check_applies` (HEAD) in a git checkout, else :func:`check_applies_to_files` (the files on disk)."""
+    check = check_applies if is_git_checkout(root) else check_applies_to_files
+    check(patches, root, folder)
+
+
 def chain_trees(patches: tuple[str, ...], root: Path = ROOT, folder: Path = HERE) -> list[str]:
     """The tree ids of HEAD with the first 1, 2, ... of ``patches`` applied (to write a chained patch: ``git diff
     <tree k-1> <tree k>``)."""
