@@ -208,9 +208,8 @@ def _row_chunks(m: int, per_row: int) -> list[tuple[int, int]]:
 
 class _StorageRounding:
     """:func:`round_to_dtype` into a 16-bit storage dtype (``bfloat16``, ``float16``) of C-contiguous float64 arrays of
-    one shape, written into a caller's buffer: the steps of :func:`pldr_ref.fixtures.baselines.storage_round` (the
-    bits rounded to the dtype's significand, then the elements outside its normal range redone by the rule), bit
-    for bit, with the temporaries allocated once for the hundreds of roundings of one accumulation loop."""
+    one shape, written into a caller's buffer (:func:`pldr_ref.fixtures.baselines.storage_round_bits`), with the
+    scratch buffers allocated once for the hundreds of roundings of one accumulation loop."""
 
     def __init__(self, dtype: str, shape: tuple[int, ...]) -> None:
         from pldr_ref.fixtures.baselines import PRECISIONS
@@ -219,31 +218,16 @@ class _StorageRounding:
         fmt = float_format(PRECISIONS[dtype])
         assert fmt is not None and fmt.precision < 24, dtype  # float32 rounds by the IEEE cast, not here
         self.fmt = fmt
-        drop = 53 - fmt.precision
-        self.drop, self.half, self.keep = np.uint64(drop), np.uint64((1 << (drop - 1)) - 1), ~np.uint64((1 << drop) - 1)
-        smallest, largest = (np.array(v, dtype=np.float64).view(np.uint64)[()] for v in (fmt.smallest_normal, fmt.max))
-        self.low, self.span = smallest + np.uint64(1), largest - smallest - np.uint64(1)
-        self.mag = np.empty(shape, dtype=np.uint64)
-        self.redo = np.empty(shape, dtype=bool)
+        size = math.prod(shape)
+        self.mag = np.empty(size, dtype=np.uint64)
+        self.redo = np.empty(size, dtype=bool)
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``round_to_dtype(x)`` written into ``out`` (float64, ``x``'s shape, not ``x``); returns ``out``."""
-        from pldr_ref.fixtures.baselines import _storage_round_each
+        from pldr_ref.fixtures.baselines import storage_round_bits
 
-        bits, t = x.view(np.uint64), out.view(np.uint64)
-        # round to nearest even on the bits: + half an ulp - 1 + the kept last bit, then clear the dropped bits
-        np.right_shift(bits, self.drop, out=t)
-        np.bitwise_and(t, np.uint64(1), out=t)
-        np.add(t, self.half, out=t)
-        np.add(t, bits, out=t)
-        np.bitwise_and(t, self.keep, out=t)
-        # redo what is not strictly between the smallest normal and the largest finite value (wraps below)
-        np.bitwise_and(t, np.uint64(0x7FFFFFFFFFFFFFFF), out=self.mag)
-        np.subtract(self.mag, self.low, out=self.mag)
-        np.greater_equal(self.mag, self.span, out=self.redo)
-        if self.redo.any():
-            idx = np.flatnonzero(self.redo)
-            out.reshape(-1)[idx] = _storage_round_each(x.reshape(-1)[idx], self.fmt)
+        assert x.flags.c_contiguous and out.flags.c_contiguous  # flat views, so the writes land in ``out``
+        storage_round_bits(x.reshape(-1), self.fmt, out.reshape(-1), self.mag, self.redo)
         return out
 
 
