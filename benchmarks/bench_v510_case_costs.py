@@ -56,6 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="folder for the generated cases (default: a temporary one)")
     p.add_argument("--multiply-adds", action="store_true", help="print each case's multiply-adds; compute nothing")
     args = p.parse_args(argv)
+    if args.layers is not None and args.layers < 1:
+        p.error(f"--layers {args.layers}: a positive number of layers")
+    if args.out:
+        from pldr_ref.output_paths import FOLDER, OutputPathError, check_output
+
+        try:  # before any work: never inside golden/ or the package, a writable folder
+            check_output(args.out, FOLDER, "--out")
+        except OutputPathError as exc:
+            p.error(str(exc))
     import pldr_ref
     from pldr_ref.config import PLDRConfig
     from pldr_ref.fixtures.profile_suite import SUITE_FOLDER, instances, select_templates, write_suite
