@@ -14,6 +14,8 @@ reported as malformed or a model that "cannot be loaded" (issue 29, cause 7).
 ``PLDR_REF_TORCH_DEVICE``   torch device of the torch backends (``cpu``, ``cuda``, ``cuda:N``, ``mps``, ...)
 ``PLDR_REF_TRACEBACK``      ``1``: a failing command shows its traceback instead of one error line; ``0`` or empty: not
 ``PLDR_REF_CACHE``          folder of the generated suites (``validate --profile``; else ``~/.cache/pldr_ref/suites``)
+``PLDR_REF_COMPILED_SUMS``  ``0``: the calibration's emulated sums run as NumPy loops even where numba is installed;
+                           ``1`` or empty: compiled when numba is installed (same bits either way)
 =========================  ======================================================================================
 """
 
@@ -100,6 +102,8 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("PLDR_REF_TORCH_DEVICE", "a torch device name such as cpu, cuda or cuda:1", parse_device),
     EnvVar("PLDR_REF_TRACEBACK", "1 (show tracebacks), 0 or empty", parse_flag, empty_is_unset=False),
     EnvVar("PLDR_REF_CACHE", "a folder path on one line", parse_folder),
+    EnvVar("PLDR_REF_COMPILED_SUMS", "1 (compiled sums where numba is installed), 0 (NumPy loops) or empty",
+           parse_flag),
 )}
 
 

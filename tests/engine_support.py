@@ -17,7 +17,8 @@ import pytest
 REQUIRE_ENV = "PLDR_REF_REQUIRE_ENGINES"
 
 #: Extra name -> the modules it provides.
-EXTRAS = {"jax": ("jax",), "onnx": ("onnx", "onnxruntime"), "triton": ("triton",), "torch": ("torch",)}
+EXTRAS = {"jax": ("jax",), "onnx": ("onnx", "onnxruntime"), "triton": ("triton",), "torch": ("torch",),
+          "fast": ("numba",)}
 
 
 def engines_required() -> bool:

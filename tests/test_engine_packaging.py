@@ -11,7 +11,7 @@ import pytest
 from engine_support import REQUIRE_ENV, missing, require
 
 ROOT = Path(__file__).resolve().parent.parent
-ENGINE_MODULES = ("jax", "jaxlib", "onnx", "onnxruntime", "triton")
+ENGINE_MODULES = ("jax", "jaxlib", "onnx", "onnxruntime", "triton", "numba")
 
 
 def test_core_and_cli_do_not_import_engines():
@@ -25,7 +25,7 @@ def test_core_and_cli_do_not_import_engines():
 def test_extras_are_declared():
     tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    for name, module in (("jax", "jax"), ("onnx", "onnxruntime"), ("triton", "triton")):
+    for name, module in (("jax", "jax"), ("onnx", "onnxruntime"), ("triton", "triton"), ("fast", "numba")):
         assert any(req.startswith(module) for req in extras[name]), (name, extras[name])
 
 

@@ -207,8 +207,9 @@ def test_the_emulated_sums_are_their_definition(dtype):
 
 def test_a_remembered_rounded_weight_gives_the_rounded_product():
     """linear() skips rounding a read-only weight found already rounded (the parameters every member shares): the
-    same result as a writable copy, rounded each time; a read-only weight that is not rounded is not remembered
-    (negative control: its product is the rounded one, not the float64 one)."""
+    same result as a writable copy, rounded each time; a read-only weight that is not rounded is rounded once and
+    its rounded copy remembered (the TF32 member's operands), never the weight itself (negative control: its
+    product is the rounded one, not the float64 one)."""
     from pldr_ref.harness.policy import arithmetic as ar
     from pldr_ref.harness.policy.ensemble import members
 
@@ -222,7 +223,9 @@ def test_a_remembered_rounded_weight_gives_the_rounded_product():
         ro.setflags(write=False)
         first, again, fresh = member.linear(x, ro), member.linear(x, ro), member.linear(x, w.copy())
         assert np.array_equal(first, fresh) and np.array_equal(again, fresh)
-        assert (ar._ROUNDED_OPERANDS.get((id(ro), "float16")) is ro) == (w is rounded)
+        held, operand = ar._ROUNDED_OPERANDS[(id(ro), "float16")]
+        assert held is ro and (operand is ro) == (w is rounded) and not operand.flags.writeable
+        assert np.array_equal(operand, rounded)
     assert not np.array_equal(member.linear(x, raw), member.matmul(x, raw.T, y_rounded=True))
 
 

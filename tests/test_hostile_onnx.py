@@ -458,6 +458,54 @@ def test_export_cli_names_the_switch_value_it_cannot_express(tmp_path: Path, cap
     assert export_verdict(load_case(DEFAULT_GOLDEN_DIR / "model/switch_masked_row_zeros")).startswith("fail")
 
 
+def test_the_child_process_proxy_carries_the_onnx_files_config(exported: Path) -> None:
+    """``validate --onnx F --own-config`` runs the file in a child process: the proxy carries its pldr_ref.config
+    (it once carried none, so --own-config refused every ONNX file: "needs a backend with a config")."""
+    from pldr_ref.harness.engine_process import ProcessBackend
+    from pldr_ref.harness.profile_suites import backend_config
+
+    child = ProcessBackend(("onnx", str(exported)))
+    try:
+        assert backend_config(child) == load_case(DEFAULT_GOLDEN_DIR / TINY).config
+    finally:
+        child.close()
+    # negative control: a backend without a config has none through the proxy either
+    plain = ProcessBackend(("spec", "pldr_ref.backends.reference:ReferenceBackend"))
+    try:
+        assert backend_config(plain) is None
+    finally:
+        plain.close()
+
+
+def test_a_parameter_set_crosses_to_the_child_process_once() -> None:
+    """The parent sends a case's parameters only when the child does not hold that set (110 M values at v510-110m
+    took 10-14 s and about 1 GB a case through the pipe); a request without them uses the held set, and the child
+    refuses one when it holds none (negative control)."""
+    from pldr_ref.harness.engine_process import ProcessBackend, pack_case, unpack, unpack_case
+    from pldr_ref.harness.validate import guarded_case
+
+    case = load_case(DEFAULT_GOLDEN_DIR / TINY)
+    full, bare = pack_case(case, "float64"), pack_case(case, "float64", with_params=False)
+    assert len(bare) < len(full) // 2
+    header, arrays = unpack(bare)
+    with pytest.raises(RuntimeError, match="holds no parameters"):
+        unpack_case(header, arrays)
+    held = unpack_case(*unpack(full)).params
+    assert unpack_case(header, arrays, held).params is held
+    child = ProcessBackend(("spec", "pldr_ref.backends.reference:ReferenceBackend"))
+    try:
+        guarded = guarded_case(case)
+        assert guarded_case(case).params is guarded.params  # one guarded copy per parameter set
+        assert child._sends(guarded.params)
+        first = child.run_case(guarded, "float64")
+        assert not child._sends(guarded.params)  # held by the child now
+        again = child.run_case(guarded_case(case), "float64")
+        assert all(np.array_equal(first[k], again[k]) for k in first) and first
+    finally:
+        child.close()
+    assert child._sends(guarded.params)  # a closed (or restarted) child holds nothing
+
+
 @pytest.mark.slow
 def test_a_backend_in_the_child_process_gives_the_in_process_report() -> None:
     """The proxy is transparent: every field of every verdict (isolated stages included) as in process."""

@@ -109,6 +109,46 @@ def test_generated_templates_are_not_committed_and_reach_max_seq_len():
         assert spec.args["start_pos"] + s == cfg.max_seq_len and spec.config == cfg
 
 
+def test_a_config_above_the_baseline_limit_runs_each_forward_instance_on_one_row():
+    """Issue 30: at v510-110m every forward instance is one batch row (each row costs the calibration a metric-learner
+    pass of its own): the row with the most masked positions, so a padded template still tests its padding; a
+    long-position template its first row, real tokens up to max_seq_len; at least 10 cases of up to 64 positions."""
+    import numpy as np
+
+    from pldr_ref.config import PLDRConfig
+    from pldr_ref.fixtures.profile_suite import instances, select_templates
+    from pldr_ref.fixtures.suite_base import TINY
+    from pldr_ref.fixtures.templates import masked_positions, one_row_choice
+
+    big = PLDRConfig.preset("v510-110m")
+    specs, _ = instances(select_templates(None, ("forward",)), Target(config=big), 64)
+    small, _ = instances(select_templates(None, ("forward",)), Target(config=TINY.replace(vocab_size=48)), 64)
+    small = {s.name: s for s in small}
+    assert len(specs) >= 10
+    for spec in specs:
+        inputs = spec.inputs()
+        ids = inputs["token_ids"]
+        assert ids.shape[0] == 1 and ids.shape[1] <= 64, spec.name
+        assert all(v.shape[0] == 1 for k, v in inputs.items() if k in ("attention_mask", "position_ids"))
+        if "long-position" in spec.tags:
+            assert not (ids == big.pad_id).any() and spec.args["start_pos"] + ids.shape[1] == big.max_seq_len
+        else:  # no fully masked query row (left padding) in the row kept: it leaves something to judge
+            assert not masked_positions(inputs, big.pad_id)[0, 0], spec.name
+        if spec.name in small and "long-position" not in spec.tags:  # the template's row of that choice
+            full = small[spec.name].inputs()
+            row = one_row_choice(full, TINY.pad_id)
+            assert masked_positions(inputs, big.pad_id).sum() == masked_positions(full, TINY.pad_id)[row].sum()
+    by_name = {s.name: s.inputs() for s in specs}
+    assert (by_name["model/tiny_padded_exact"]["token_ids"] == big.pad_id).any()  # right padding kept
+    assert (by_name["model/small_hf_attention_mask"]["attention_mask"] == 0).any()
+    # the choice: most masked positions among rows whose first position is unmasked; a left-padded row is not chosen
+    assert one_row_choice({"token_ids": np.array([[5, 5, 5, 0], [0, 0, 5, 5], [5, 5, 0, 0]])}, 0) == 2
+    assert one_row_choice({"token_ids": np.array([[0, 5], [0, 0]])}, 0) == 1  # every row left-padded: the most
+    # negative control: a config below the limit keeps every template's batch
+    assert small["model/tiny_padded_exact"].inputs()["token_ids"].shape[0] == 2
+    assert small["model/long_positions_s64"].inputs()["token_ids"].shape[0] == 2
+
+
 @pytest.mark.slow
 def test_building_every_template_reproduces_the_manifest(tmp_path: Path):
     """Every committed template computed; every file's sha256 equals MANIFEST.json's, except float64-tier outputs and

@@ -33,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -92,48 +92,62 @@ def _split(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarra
     return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
 
 
-def pack_case(case: Any, dtype: str) -> bytes:
-    """A ``run_case`` request: the case's fields (JSON) and arrays (inputs, outputs, parameters)."""
+def pack_case(case: Any, dtype: str, *, with_params: bool = True) -> bytes:
+    """A ``run_case`` request: the case's fields (JSON) and arrays (inputs, outputs, parameters; without
+    ``with_params`` the parameters are the ones the child holds from the previous request, :func:`unpack_case`)."""
     config = None if case.config is None else case.config.to_dict()
     params = getattr(case, "params", None)
     header = {"call": "run_case", "dtype": dtype, "name": case.name, "group": case.group, "kind": case.kind,
               "tier": case.tier, "config": config, "args": case.args, "tolerance": case.tolerance,
               "baselines": case.baselines, "meta": case.meta,
-              "params_config": None if params is None else params.config.to_dict()}
+              "params_config": None if params is None else params.config.to_dict(), "params_sent": with_params}
     arrays = {**_prefixed("i.", case.inputs), **_prefixed("o.", case.outputs),
-              **_prefixed("p.", None if params is None else dict(params.items()))}
+              **_prefixed("p.", None if params is None or not with_params else dict(params.items()))}
     return pack(header, arrays)
 
 
-def unpack_case(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> Any:
-    """The case of :func:`pack_case` (a :class:`pldr_ref.fixtures.case.Case`)."""
+def _params(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], held: Any) -> Any:
+    """The parameters of a request: sent with it, or (``params_sent`` false) ``held``, the child's parameters of the
+    previous request -- 110 M values at ``v510-110m``, sent once instead of with every case and stage."""
     from pldr_ref.config import PLDRConfig
-    from pldr_ref.fixtures.case import Case
     from pldr_ref.params import Params
 
+    if header["params_config"] is None:
+        return None
+    if header.get("params_sent", True):
+        return Params(PLDRConfig.from_dict(header["params_config"]), _split(arrays, "p."))
+    if held is None or held.config != PLDRConfig.from_dict(header["params_config"]):
+        raise RuntimeError("the engine process holds no parameters of this config (the parent did not send them)")
+    return held
+
+
+def unpack_case(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], held: Any = None) -> Any:
+    """The case of :func:`pack_case` (a :class:`pldr_ref.fixtures.case.Case`); ``held``: the parameters the child
+    holds (used when the request carries none)."""
+    from pldr_ref.config import PLDRConfig
+    from pldr_ref.fixtures.case import Case
+
     config = None if header["config"] is None else PLDRConfig.from_dict(header["config"])
-    params = None
-    if header["params_config"] is not None:
-        params = Params(PLDRConfig.from_dict(header["params_config"]), _split(arrays, "p."))
+    params = _params(header, arrays, held)
     return Case(header["name"], header["group"], header["kind"], header["tier"], config, params, header["args"],
                 _split(arrays, "i."), _split(arrays, "o."), header["tolerance"], header["baselines"], header["meta"])
 
 
-def pack_stage(req: StageRequest) -> bytes:
-    """A ``run_stage`` request."""
+def pack_stage(req: StageRequest, *, with_params: bool = True) -> bytes:
+    """A ``run_stage`` request (``with_params``: as :func:`pack_case`)."""
     header = {"call": "run_stage", "stage": req.stage, "layer": req.layer, "dtype": req.dtype,
-              "config": req.config.to_dict(), "params_config": req.params.config.to_dict()}
-    return pack(header, {**_prefixed("i.", req.inputs), **_prefixed("p.", dict(req.params.items()))})
+              "config": req.config.to_dict(), "params_config": req.params.config.to_dict(),
+              "params_sent": with_params}
+    return pack(header, {**_prefixed("i.", req.inputs),
+                         **_prefixed("p.", dict(req.params.items()) if with_params else None)})
 
 
-def unpack_stage(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> StageRequest:
-    """The StageRequest of :func:`pack_stage`."""
+def unpack_stage(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], held: Any = None) -> StageRequest:
+    """The StageRequest of :func:`pack_stage` (``held``: as :func:`unpack_case`)."""
     from pldr_ref.config import PLDRConfig
-    from pldr_ref.params import Params
 
-    params = Params(PLDRConfig.from_dict(header["params_config"]), _split(arrays, "p."))
-    return StageRequest(header["stage"], header["layer"], PLDRConfig.from_dict(header["config"]), params,
-                        header["dtype"], _split(arrays, "i."))
+    return StageRequest(header["stage"], header["layer"], PLDRConfig.from_dict(header["config"]),
+                        _params(header, arrays, held), header["dtype"], _split(arrays, "i."))
 
 
 def capabilities_dict(caps: Capabilities) -> dict[str, Any]:
@@ -215,11 +229,16 @@ def serve(recipe: tuple[str, str]) -> None:
     try:
         backend = build_backend(recipe)
         caps = backend.capabilities()
+        from pldr_ref.harness.profile_suites import backend_config
+
+        config = backend_config(backend)  # what --own-config reads (an ONNX file's pldr_ref.config)
         conn.send_bytes(pack({"status": "ok", "name": str(getattr(backend, "name", recipe[1])),
-                              "capabilities": capabilities_dict(caps)}))
+                              "capabilities": capabilities_dict(caps),
+                              "config": None if config is None else config.to_dict()}))
     except BaseException as exc:  # the construction's failure is the parent's error to report
         conn.send_bytes(_error_message(exc))
         return
+    held = None  # the parameters of the last request (the parent sends them only when they change)
     while True:
         try:
             header, arrays = unpack(conn.recv_bytes())
@@ -227,13 +246,16 @@ def serve(recipe: tuple[str, str]) -> None:
             return
         try:
             if header["call"] == "run_case":
-                case = unpack_case(header, arrays)
+                case = unpack_case(header, arrays, held)
+                held = case.params
                 got = backend.run_case(guarded_case(case), header["dtype"])
                 if not isinstance(got, Mapping):
                     raise TypeError(f"run_case returned {type(got).__name__}, expected a dict of arrays")
                 got = checked_outputs(case.outputs, got)
             else:
-                got = backend.run_stage(unpack_stage(header, arrays))
+                req = unpack_stage(header, arrays, held)
+                held = req.params
+                got = backend.run_stage(req)
                 if not isinstance(got, Mapping):
                     raise TypeError(f"run_stage returned {type(got).__name__}, expected a dict of arrays")
             sent = {k: np.asarray(v) for k, v in got.items() if v is not None}
@@ -258,9 +280,17 @@ class ProcessBackend:
         self._conn: Any = None
         self._limit = 0.0 if start_timeout is None else float(start_timeout)
         self._started_s = 0.0
+        self._held: Any = None  # the Params the running child holds (ProcessBackend._sends)
         header = self._start(time.monotonic() + start_timeout if start_timeout else None)
         self.name = header["name"]
         self._caps = capabilities_from(header["capabilities"])
+        #: The child backend's PLDRConfig (an ONNX file's ``pldr_ref.config``; None without one): what
+        #: ``validate --own-config`` generates the suite for.
+        self.config = None
+        if header.get("config") is not None:
+            from pldr_ref.config import PLDRConfig
+
+            self.config = PLDRConfig.from_dict(header["config"])
 
     def capabilities(self) -> Capabilities:
         """The child backend's capabilities (read once, when it was built)."""
@@ -342,13 +372,29 @@ class ProcessBackend:
         return arrays
 
     # -------------------------------------------------------------- the backend protocol
+    def _sends(self, params: Any) -> bool:
+        """Whether a request must carry ``params``: not when the running child holds that very object's
+        parameters from the previous request (a Params is immutable; it is held here, so its id is not reused)."""
+        return params is not None and (self._proc is None or params is not self._held)
+
+    def _hold(self, params: Any, call: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """``call()``, then remember that the child holds ``params`` (forgotten when the call fails: the child
+        may have been killed and restarted without them)."""
+        self._held = None
+        out = call()
+        self._held = params
+        return out
+
     def run_case(self, case: Any, dtype: str) -> dict[str, np.ndarray]:
-        """``run_case`` in the child."""
-        return self._call(pack_case(case, dtype), "running the case")
+        """``run_case`` in the child (the case's parameters sent only when the child does not hold them)."""
+        params = getattr(case, "params", None)
+        message = pack_case(case, dtype, with_params=self._sends(params))
+        return self._hold(params, lambda: self._call(message, "running the case"))
 
     def run_stage(self, req: StageRequest) -> dict[str, np.ndarray]:
-        """``run_stage`` in the child."""
-        return self._call(pack_stage(req), f"running stage {req.stage}")
+        """``run_stage`` in the child (parameters as in :meth:`run_case`)."""
+        message = pack_stage(req, with_params=self._sends(req.params))
+        return self._hold(req.params, lambda: self._call(message, f"running stage {req.stage}"))
 
 
 def wants_child_process(recipe: tuple[str, str], timeout: float | None) -> bool:

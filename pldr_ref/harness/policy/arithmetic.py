@@ -15,7 +15,9 @@ same code with that arithmetic; nothing is swapped into a module.  Every roundin
 :func:`round_to_dtype` (pldr_ref's own round-to-nearest-even; float32 registers by NumPy's IEEE cast, tested
 identical); every sum runs in an explicit order (a loop of elementwise float64 additions each followed by a
 rounding, or float32 additions in place when the products are exact in float32), so the result does not depend on the
-BLAS, the thread count or the machine.
+BLAS, the thread count or the machine.  Where numba is installed (the ``[fast]`` extra) the same loops run compiled
+(:mod:`pldr_ref.harness.policy.compiled_sums`: the same products, order and roundings, so the same bits; the NumPy
+loops below stay the definition the tests compare them with).
 The only library calls whose last float64 bit may differ between machines are exp, log, power, sin and cos
 (rounded to float32 or below right after, so a difference survives only on an exact rounding tie); the allowances
 built from these runs are published with two significant digits (:mod:`pldr_ref.harness.policy.calibration`).
@@ -41,7 +43,8 @@ from typing import Any
 import numpy as np
 
 from pldr_ref.fixtures.splitmix import fnv1a64, mix64
-from pldr_ref.format_rounding import FloatFormat, round_to_format
+from pldr_ref.format_rounding import FloatFormat, float_format, round_to_format
+from pldr_ref.harness.policy import compiled_sums
 from pldr_ref.ops import FLOAT64_OPS, Ops
 
 #: Largest number of float64 elements one step of a blocked reduction materialises (bounds the memory of
@@ -189,14 +192,24 @@ def libm_float32(value: np.ndarray, fn: str, args: tuple[np.ndarray, ...], ulps:
     return np.where(keep, r, _from_ordinal32(np.where(keep, o, moved))).astype(np.float64)
 
 
-#: Read-only arrays (parameters) found already rounded to an operand format: (id, format) -> the array (held, so
-#: that its id is not reused).  The calibration members round the same rounded parameter set (110 M values at
-#: ``v510-110m``) in every linear map; a read-only array is found rounded once per format.
-_ROUNDED_OPERANDS: dict[tuple[int, str], np.ndarray] = {}
+#: Read-only arrays (parameters) rounded to an operand format: (id, format) -> (the array, held so that its id is not
+#: reused; the array itself when it was already rounded, else a read-only rounded copy).  The calibration members
+#: round the same rounded parameter set (110 M values at ``v510-110m``) in every linear map; a read-only array is
+#: rounded once per format.
+_ROUNDED_OPERANDS: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
 #: Most entries of :data:`_ROUNDED_OPERANDS` (oldest dropped first).
 ROUNDED_OPERAND_ENTRIES = 4096
+#: Most bytes of the rounded copies :data:`_ROUNDED_OPERANDS` keeps (a weight whose rounding differs from it: the
+#: TF32 member's operands, 0.9 GB at ``v510-110m``; oldest dropped first).
+ROUNDED_COPY_BYTES = 1 << 30
 #: Guards :data:`_ROUNDED_OPERANDS` (members run on threads: dropping the oldest entry iterates the dict).
 _ROUNDED_LOCK = threading.Lock()
+
+
+def _rounded_copy_bytes() -> int:
+    """Bytes of the rounded copies :data:`_ROUNDED_OPERANDS` holds (entries whose array was already rounded cost
+    nothing)."""
+    return sum(r.nbytes for w, r in _ROUNDED_OPERANDS.values() if r is not w)
 
 
 def _row_chunks(m: int, per_row: int) -> list[tuple[int, int]]:
@@ -206,18 +219,22 @@ def _row_chunks(m: int, per_row: int) -> list[tuple[int, int]]:
     return [(r0, min(m, r0 + rows)) for r0 in range(0, m, rows)]
 
 
+def _storage_format(dtype: str) -> FloatFormat:
+    """The :class:`FloatFormat` of a 16-bit storage dtype (``bfloat16``, ``float16``)."""
+    from pldr_ref.fixtures.baselines import PRECISIONS
+
+    fmt = float_format(PRECISIONS[dtype])
+    assert fmt is not None and fmt.precision < 24, dtype  # float32 rounds by the IEEE cast, not here
+    return fmt
+
+
 class _StorageRounding:
     """:func:`round_to_dtype` into a 16-bit storage dtype (``bfloat16``, ``float16``) of C-contiguous float64 arrays of
     one shape, written into a caller's buffer (:func:`pldr_ref.fixtures.baselines.storage_round_bits`), with the
     scratch buffers allocated once for the hundreds of roundings of one accumulation loop."""
 
     def __init__(self, dtype: str, shape: tuple[int, ...]) -> None:
-        from pldr_ref.fixtures.baselines import PRECISIONS
-        from pldr_ref.format_rounding import float_format
-
-        fmt = float_format(PRECISIONS[dtype])
-        assert fmt is not None and fmt.precision < 24, dtype  # float32 rounds by the IEEE cast, not here
-        self.fmt = fmt
+        self.fmt = _storage_format(dtype)
         size = math.prod(shape)
         self.mag = np.empty(size, dtype=np.uint64)
         self.redo = np.empty(size, dtype=bool)
@@ -277,17 +294,12 @@ def _float32_running_sums(a: np.ndarray, b: np.ndarray, tile: int, nt: int, batc
     nonzero float32 product falls below float32's normal range (then the float64-product path runs).
     ``b_facts``: :func:`_operand_facts` of an array ``b`` is a rearrangement of a part of, zero-padded (a weight:
     known once, not measured again on every product)."""
-    a32 = a.astype(np.float32)
-    if not np.array_equal(a32, a):
+    check = _float32_products_check(a, b, b_facts)
+    if check is None:
         return None
-    if b_facts is None:
-        b_facts = _facts(b)
-    if not b_facts[0]:
-        return None
-    b32 = b.astype(np.float32)
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
     m, n = a.shape[-2], b.shape[-1]
     tiny = np.float32(np.finfo(np.float32).smallest_normal)
-    check = not _products_normal(_smallest_magnitude(a32), b_facts[1], float(tiny))
     a32 = a32.reshape(*a32.shape[:-1], nt, tile)
     b32 = b32.reshape(*b32.shape[:-2], 1, nt, tile, n)
     out = np.empty((*batch, m, n), dtype=np.float32)
@@ -309,6 +321,23 @@ def _float32_running_sums(a: np.ndarray, b: np.ndarray, tile: int, nt: int, batc
             total += acc[..., t, :]
         out[..., r0:r1, :] = total
     return out.astype(np.float64)
+
+
+def _float32_products_check(a: np.ndarray, b: np.ndarray, b_facts: tuple[bool, float | None] | None
+                            ) -> bool | None:
+    """Whether :func:`_float32_running_sums` may form the products of ``a`` and ``b`` in float32: None when an
+    operand holds a value that is not a float32 value (``b_facts``: :func:`_operand_facts` of ``b``, else measured);
+    else whether a nonzero product may fall below float32's normal range (True: each product is checked).  The
+    answer does not depend on the order of the summation or on zero padding."""
+    a32 = a.astype(np.float32)
+    if not np.array_equal(a32, a):
+        return None
+    if b_facts is None:
+        b_facts = _facts(b)
+    if not b_facts[0]:
+        return None
+    tiny = float(np.finfo(np.float32).smallest_normal)
+    return not _products_normal(_smallest_magnitude(a32), b_facts[1], tiny)
 
 
 def _smallest_magnitude(x: np.ndarray) -> float | None:
@@ -440,15 +469,26 @@ class EmulatedOps(Ops):
         """:func:`_operand` of a weight: the array itself when it is read-only and already rounded (remembered)."""
         a, dt = self.arith, self.dtype
         key = (id(w), "tf32" if a.tf32 and dt == "float32" else dt)
-        if _ROUNDED_OPERANDS.get(key) is w:
-            return w
+        hit = _ROUNDED_OPERANDS.get(key)
+        if hit is not None and hit[0] is w:
+            return hit[1]
         r = self._operand(np.asarray(w, dtype=np.float64))
-        if isinstance(w, np.ndarray) and w.dtype == np.float64 and not w.flags.writeable and np.array_equal(r, w):
+        if isinstance(w, np.ndarray) and w.dtype == np.float64 and not w.flags.writeable:
+            if np.array_equal(r, w):
+                r = w
+            elif r.nbytes <= ROUNDED_COPY_BYTES:  # a float32 weight rounded to TF32: kept, read-only, laid out
+                # transposed (``linear`` reads W^T: contiguous for the compiled loops without another copy)
+                if r.ndim >= 2:
+                    root = np.ascontiguousarray(np.swapaxes(r, -1, -2))
+                    root.flags.writeable = False
+                    r = np.swapaxes(root, -1, -2)
+                r.flags.writeable = False
+            else:
+                return r
             with _ROUNDED_LOCK:
-                if len(_ROUNDED_OPERANDS) >= ROUNDED_OPERAND_ENTRIES:
+                _ROUNDED_OPERANDS[key] = (w, r)
+                while len(_ROUNDED_OPERANDS) > ROUNDED_OPERAND_ENTRIES or _rounded_copy_bytes() > ROUNDED_COPY_BYTES:
                     _ROUNDED_OPERANDS.pop(next(iter(_ROUNDED_OPERANDS)))
-                _ROUNDED_OPERANDS[key] = w
-            return w
         return r
 
     def matmul(self, x: np.ndarray, y: np.ndarray, *, round_operands: bool = True, y_rounded: bool = False
@@ -465,10 +505,22 @@ class EmulatedOps(Ops):
         k = a.shape[-1]
         if b.shape[-2] != k:
             raise ValueError(f"matmul: inner dimensions {a.shape} x {b.shape}")
-        if arith.order == "reverse":
-            a, b = a[..., ::-1], b[..., ::-1, :]
         tile = min(arith.tile or k, k) if k else 1
         nt = -(-k // tile) if k else 0
+        dt = self.dtype
+        f32_acc = arith.accumulate == "float32" or dt == "float32"
+        short = (dt in ("bfloat16", "float16") or (arith.tf32 and dt == "float32")) if round_operands else \
+            bool(np.all(b == 1.0))  # operands of <= 12 significand bits (or a sum): products exact in float32
+        if nt and compiled_sums.enabled():  # the loops below, compiled (same bits)
+            batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+            check = _float32_products_check(a, b, b_facts) if f32_acc and short else None
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = compiled_sums.product_sums(a, b, batch, tile, arith.order == "reverse", f32_acc,
+                                                 None if f32_acc else _storage_format(dt), check)
+            if out is not None:
+                return out
+        if arith.order == "reverse":
+            a, b = a[..., ::-1], b[..., ::-1, :]
         pad = nt * tile - k
         if pad:
             a = np.concatenate([a, np.zeros((*a.shape[:-1], pad))], axis=-1)
@@ -477,10 +529,6 @@ class EmulatedOps(Ops):
         m, n = a.shape[-2], b.shape[-1]
         if nt == 0:
             return np.zeros((*batch, m, n))
-        dt = self.dtype
-        f32_acc = arith.accumulate == "float32" or dt == "float32"
-        short = (dt in ("bfloat16", "float16") or (arith.tf32 and dt == "float32")) if round_operands else \
-            bool(np.all(b == 1.0))  # operands of <= 12 significand bits (or a sum): products exact in float32
         if f32_acc and short:
             fast = _float32_running_sums(a, b, tile, nt, batch, b_facts)
             if fast is not None:

@@ -12,7 +12,8 @@ statistic of each (:func:`robust_stats`) is the largest, over the groups of memb
 arithmetic a backend declares covers (:data:`ARITHMETIC_KEYS`: the float32-accumulating GPU default, or every
 member), and the policy (:mod:`pldr_ref.harness.policy.tolerance`) scales it.  The statistics are rounded up to
 :data:`SIGNIFICANT_DIGITS` significant digits, so an allowance is the same on every machine, BLAS, thread count and
-ml_dtypes version (the arithmetic is elementwise NumPy in explicit order, the rounding pldr_ref's own).
+ml_dtypes version (the arithmetic is elementwise NumPy in explicit order -- or the same loops compiled, with the same
+bits, :mod:`pldr_ref.harness.policy.compiled_sums` -- the rounding pldr_ref's own).
 
 Members are evaluated once per case, dtype (and isolated stage) and process (:func:`case_runs`, memoized on the
 case's content); the statistics of the committed suite are read from :data:`CACHE_FILE`, which
@@ -96,7 +97,7 @@ def case_digest(case: Any) -> str:
             h.update(k.encode())
             h.update(str(a.dtype).encode())
             h.update(repr(a.shape).encode())
-            h.update(a.tobytes())
+            h.update(a.data if a.ndim else a.tobytes())  # the same bytes, without a copy of 110 M parameters
     return h.hexdigest()
 
 
@@ -104,13 +105,29 @@ _MEMO: dict[tuple, Any] = {}
 #: Most member runs kept in :data:`_MEMO` (oldest dropped first): the statistics are kept in :data:`_STORE`, the
 #: runs only while the outputs of one case are judged.
 MEMO_ENTRIES = 48
+#: Most bytes of arrays :data:`_MEMO` keeps besides its newest entry (oldest dropped first): one ``v510-110m`` case's
+#: runs are 0.2-0.5 GB (every member's trace and logits), and a calibration of 16 such cases kept them all.
+MEMO_BYTES = 1 << 30
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of the arrays in a memoized value (lists and tuples of (name, dict of arrays or None))."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return 0
 
 
 def _memo(key: tuple, compute: Callable[[], Any]) -> Any:
     if key not in _MEMO:
-        if len(_MEMO) >= MEMO_ENTRIES:
+        value = compute()
+        while _MEMO and (len(_MEMO) >= MEMO_ENTRIES or sum(_nbytes(v) for v in _MEMO.values()) + _nbytes(value)
+                         > MEMO_BYTES):
             _MEMO.pop(next(iter(_MEMO)))
-        _MEMO[key] = compute()
+        _MEMO[key] = value
     return _MEMO[key]
 
 
