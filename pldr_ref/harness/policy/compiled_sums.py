@@ -3,7 +3,7 @@
 The emulated arithmetic of :mod:`pldr_ref.harness.policy.arithmetic` defines each product ``x @ y`` of a calibration
 member as running sums in a given order, each addition rounded to the accumulator's format.  NumPy evaluates that
 definition one summation index at a time over the whole output, two to eleven passes over memory per
-multiply-add; the loops here make one, with the accumulators in cache (3-17 times faster on the products of the
+multiply-add; the loops here make one, with the accumulators in cache (3.5-28 times faster on the products of the
 ``v510-110m`` model: ``python benchmarks/bench_compiled_sums.py``).  They compute the **same bits** as the NumPy
 definition -- same products, same order, same roundings, the 16-bit rounding by the same bit operation and the
 same range rule as :func:`pldr_ref.fixtures.baselines.storage_round_bits` -- so the calibration statistics do not
