@@ -377,10 +377,8 @@ def _operand_facts(b: np.ndarray) -> tuple[bool, float | None] | None:
     is not a read-only float64 array), computed once per array.  Sound for ``b`` and any rearrangement of part
     of it, zero-padded: float32 values stay float32 values, and the smallest nonzero magnitude of a part is at
     least the whole array's (a larger one only turns the subnormal check on, never off)."""
-    root = b
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    if root.flags.writeable or b.flags.writeable or root.dtype != np.float64:
+    root = compiled_sums.read_only_root(b)
+    if root is None:
         return None
     hit = _OPERAND_FACTS.get(id(root))
     if hit is not None and hit[0] is root:

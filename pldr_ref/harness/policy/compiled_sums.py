@@ -19,6 +19,7 @@ padding of the last tile are index arithmetic inside (:func:`_index`), not copie
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 import types
@@ -135,9 +136,10 @@ def _round16_into(s: np.ndarray, sb: np.ndarray, outb: np.ndarray, k: tuple) -> 
                 outb[c] = _round16(s[c], sb[c], k)
 
 
+@functools.lru_cache(maxsize=8)
 def _format_constants(fmt: Any) -> tuple:
     """The constants :func:`_round16` takes for the format ``fmt`` (a :class:`pldr_ref.format_rounding.FloatFormat`
-    of fewer than 24 significand bits)."""
+    of fewer than 24 significand bits; a frozen value, so they are made once per format, not in every product)."""
     from pldr_ref.format_rounding import float_format
 
     f32 = float_format("float32")
@@ -313,15 +315,24 @@ _COPIES: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 _COPIES_LOCK = threading.Lock()
 
 
-def _contiguous_copy(b: np.ndarray) -> np.ndarray | None:
-    """A C-contiguous copy of ``b`` when ``b`` is a read-only view of a read-only float64 array (a rounded weight,
-    passed transposed), made once and kept (:data:`COPY_BYTES`; the source held, so that its id is not reused);
-    None for any other ``b``."""
+def read_only_root(b: np.ndarray) -> np.ndarray | None:
+    """The array whose memory ``b`` looks into (``b`` itself when it owns it), when both are read-only float64
+    arrays -- a parameter, or a read-only view of one: its content cannot change, so facts and copies of it can be
+    kept by its id (the root held, so that the id is not reused); None for any other ``b``."""
     root = b
     while isinstance(root.base, np.ndarray):
         root = root.base
-    if b.flags.writeable or root.flags.writeable or root.dtype != np.float64 or b.dtype != np.float64 \
-            or b.nbytes > COPY_BYTES:
+    if b.flags.writeable or root.flags.writeable or root.dtype != np.float64 or b.dtype != np.float64:
+        return None
+    return root
+
+
+def _contiguous_copy(b: np.ndarray) -> np.ndarray | None:
+    """A C-contiguous copy of ``b`` when ``b`` is a read-only view of a read-only float64 array (a rounded weight,
+    passed transposed; :func:`read_only_root`), made once and kept (:data:`COPY_BYTES`); None for any other
+    ``b``."""
+    root = read_only_root(b)
+    if root is None or b.nbytes > COPY_BYTES:
         return None
     offset = b.__array_interface__["data"][0] - root.__array_interface__["data"][0]
     key = (id(root), b.shape, b.strides, offset)
